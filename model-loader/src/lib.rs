@@ -1,0 +1,15 @@
+//! # aquila-model-loader
+//!
+//! Loads Llama-family models for Aquila: Hugging Face `config.json`, safetensors checkpoints
+//! (single file or sharded), `tokenizer.json` with chat templates, GGUF import, and the Llama
+//! model itself as burn modules with a KV cache and feature taps for EAGLE drafters.
+
+pub mod checkpoint;
+pub mod config;
+pub mod error;
+pub mod fixtures;
+pub mod gguf;
+pub mod model;
+pub mod tokenizer;
+
+pub use error::LoadError;
