@@ -12,4 +12,16 @@ pub enum LoadError {
         /// The underlying error.
         source: std::io::Error,
     },
+    /// Loading or using a tokenizer failed.
+    #[error(transparent)]
+    Tokenizer(#[from] crate::tokenizer::TokenizerError),
+    /// Reading or importing a GGUF file failed.
+    #[error(transparent)]
+    Gguf(#[from] crate::gguf::GgufError),
+    /// A `config.json` is missing, unreadable or describes an unsupported model.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    /// A safetensors checkpoint is unreadable or does not match the model.
+    #[error(transparent)]
+    Checkpoint(#[from] crate::checkpoint::CheckpointError),
 }

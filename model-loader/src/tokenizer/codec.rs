@@ -1,0 +1,204 @@
+//! [`Tokenizer`]: text to token ids and back, chat templates and special tokens of one model
+//! directory.
+
+use super::chat::{ChatMessage, ChatTemplate};
+use super::special::{JsonFile, SpecialTokenSources, SpecialTokens};
+use super::stream::StreamDecoder;
+use super::TokenizerError;
+use serde_json::Value;
+use std::path::Path;
+
+/// File names inside a Hugging Face model directory.
+const TOKENIZER_JSON: &str = "tokenizer.json";
+const TOKENIZER_CONFIG_JSON: &str = "tokenizer_config.json";
+const CHAT_TEMPLATE_JINJA: &str = "chat_template.jinja";
+const CONFIG_JSON: &str = "config.json";
+const GENERATION_CONFIG_JSON: &str = "generation_config.json";
+
+/// A model's tokenizer: `tokenizer.json` through the `tokenizers` crate, plus the chat template
+/// and special token ids from the directory's config files. It is `Send + Sync`, so one
+/// instance can serve many threads.
+#[derive(Debug, Clone)]
+pub struct Tokenizer {
+    inner: tokenizers::Tokenizer,
+    /// Number of ids, counted once (`tokenizers` rebuilds its vocabulary map to count it).
+    vocab_size: usize,
+    chat_template: Option<ChatTemplate>,
+    special: SpecialTokens,
+}
+
+impl Tokenizer {
+    /// Loads a Hugging Face model directory: `tokenizer.json` (required), and when present
+    /// `tokenizer_config.json`, `chat_template.jinja`, `config.json` and
+    /// `generation_config.json`.
+    pub fn from_dir(dir: &Path) -> Result<Self, TokenizerError> {
+        let path = dir.join(TOKENIZER_JSON);
+        let inner = tokenizers::Tokenizer::from_file(&path).map_err(|e| {
+            if !path.exists() {
+                TokenizerError::io(
+                    &path,
+                    std::io::Error::new(std::io::ErrorKind::NotFound, "file not found"),
+                )
+            } else {
+                TokenizerError::InvalidTokenizer {
+                    path: path.clone(),
+                    message: e.to_string(),
+                }
+            }
+        })?;
+        let tokenizer_config = JsonFile::read_optional(&dir.join(TOKENIZER_CONFIG_JSON))?;
+        let model_config = JsonFile::read_optional(&dir.join(CONFIG_JSON))?;
+        let generation_config = JsonFile::read_optional(&dir.join(GENERATION_CONFIG_JSON))?;
+        let special = SpecialTokenSources {
+            tokenizer_config: tokenizer_config.as_ref(),
+            model_config: model_config.as_ref(),
+            generation_config: generation_config.as_ref(),
+        }
+        .resolve(|text| inner.token_to_id(text))?;
+        let chat_template = load_chat_template(dir, tokenizer_config.as_ref())?;
+        Ok(Self {
+            vocab_size: inner.get_vocab_size(true),
+            inner,
+            chat_template,
+            special,
+        })
+    }
+
+    /// Encodes `text`; `add_special_tokens` applies the tokenizer's post-processor (e.g. a BOS).
+    pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, TokenizerError> {
+        self.inner
+            .encode_fast(text, add_special_tokens)
+            .map(|encoding| encoding.get_ids().to_vec())
+            .map_err(|e| TokenizerError::Encode(e.to_string()))
+    }
+
+    /// Decodes `ids`; `skip_special_tokens` drops special tokens from the text.
+    pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String, TokenizerError> {
+        let vocab_size = self.vocab_size();
+        if let Some(&id) = ids.iter().find(|&&id| id as usize >= vocab_size) {
+            return Err(TokenizerError::TokenOutOfRange { id, vocab_size });
+        }
+        self.inner
+            .decode(ids, skip_special_tokens)
+            .map_err(|e| TokenizerError::Decode(e.to_string()))
+    }
+
+    /// A decoder that turns generated ids into text deltas one token at a time (pass this
+    /// tokenizer to its `push`).
+    pub fn stream_decoder(&self, skip_special_tokens: bool) -> StreamDecoder {
+        StreamDecoder::new(skip_special_tokens)
+    }
+
+    /// Renders `messages` with the chat template.
+    pub fn apply_chat_template(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String, TokenizerError> {
+        self.chat_template
+            .as_ref()
+            .ok_or(TokenizerError::NoChatTemplate)?
+            .render(messages, add_generation_prompt)
+    }
+
+    /// Renders `messages` with the chat template and encodes the result without adding special
+    /// tokens (the template already spells them).
+    pub fn encode_chat(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<Vec<u32>, TokenizerError> {
+        self.encode(
+            &self.apply_chat_template(messages, add_generation_prompt)?,
+            false,
+        )
+    }
+
+    /// Whether the directory provided a chat template.
+    pub fn has_chat_template(&self) -> bool {
+        self.chat_template.is_some()
+    }
+
+    /// Special token ids (BOS, EOS, padding, unknown).
+    pub fn special_tokens(&self) -> &SpecialTokens {
+        &self.special
+    }
+
+    /// Number of token ids, added tokens included.
+    pub fn vocab_size(&self) -> usize {
+        self.vocab_size
+    }
+
+    /// The id of token text `token`, if it is in the vocabulary.
+    pub fn token_to_id(&self, token: &str) -> Option<u32> {
+        self.inner.token_to_id(token)
+    }
+
+    /// The text of token `id` as stored in the vocabulary (byte-level alphabet for BPE).
+    pub fn id_to_token(&self, id: u32) -> Option<String> {
+        self.inner.id_to_token(id)
+    }
+
+    /// The underlying `tokenizers` tokenizer.
+    pub fn inner(&self) -> &tokenizers::Tokenizer {
+        &self.inner
+    }
+}
+
+/// Loads the chat template: `chat_template.jinja` if present, else `chat_template` of
+/// `tokenizer_config.json` (a string, or a list of named templates of which `default` is used).
+fn load_chat_template(
+    dir: &Path,
+    tokenizer_config: Option<&JsonFile>,
+) -> Result<Option<ChatTemplate>, TokenizerError> {
+    let jinja_path = dir.join(CHAT_TEMPLATE_JINJA);
+    let source = match std::fs::read_to_string(&jinja_path) {
+        Ok(source) => Some(source),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => match tokenizer_config {
+            Some(config) => template_from_config(config)?,
+            None => None,
+        },
+        Err(e) => return Err(TokenizerError::io(jinja_path, e)),
+    };
+    let Some(source) = source else {
+        return Ok(None);
+    };
+    let token_text = |field: &str| -> Result<String, TokenizerError> {
+        Ok(match tokenizer_config {
+            Some(config) => config.token_text(field)?.unwrap_or_default(),
+            None => String::new(),
+        })
+    };
+    ChatTemplate::new(source, token_text("bos_token")?, token_text("eos_token")?).map(Some)
+}
+
+/// Reads `chat_template` from `tokenizer_config.json`.
+fn template_from_config(config: &JsonFile) -> Result<Option<String>, TokenizerError> {
+    let invalid = |message: &str| TokenizerError::InvalidField {
+        path: config.path.clone(),
+        field: "chat_template".into(),
+        message: message.into(),
+    };
+    match config.value.get("chat_template") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(source)) => Ok(Some(source.clone())),
+        Some(Value::Array(named)) => named
+            .iter()
+            .find(|entry| entry.get("name").and_then(Value::as_str) == Some("default"))
+            .and_then(|entry| entry.get("template").and_then(Value::as_str))
+            .map(|source| Some(source.to_string()))
+            .ok_or_else(|| invalid("list of named templates without a `default` template")),
+        Some(_) => Err(invalid("expected a string or a list of named templates")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokenizer_can_be_shared_across_threads() {
+        fn assert_send_sync<T: Send + Sync + Clone>() {}
+        assert_send_sync::<Tokenizer>();
+    }
+}
