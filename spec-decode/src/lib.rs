@@ -3,10 +3,42 @@
 //! Speculative decoding for Aquila: EAGLE drafting (EAGLE-1, EAGLE-3 chains), n-gram drafting,
 //! lossless rejection sampling and the events that verification emits.
 //!
-//! The modules [`events`] (and the other pure-math modules) compile without burn: build with
-//! `default-features = false` to get only them. The EAGLE heads and proposers need the default
-//! `burn` feature.
+//! - [`events`]: [`SpecDecodeEvent`] and the [`EventSink`] trait (the metrics crate's input).
+//! - [`sampling`]: the request sampling pipeline on f32 logits (penalties, temperature, min-p,
+//!   top-k, top-p, softmax), seeded per-request RNG streams, logprobs.
+//! - [`rejection`]: [`RejectionSampler`], greedy and stochastic verification of chains and
+//!   trees (q given or one-hot), batched over requests.
+//! - [`tree`]: [`DraftTree`] with attention masks, positions and EAGLE-2 pruning.
+//! - [`ngram`]: prompt-lookup drafting.
+//! - [`proposer`]: the [`proposer::Proposer`] trait, and with the `burn` feature the EAGLE chain
+//!   proposer; `eagle`: EAGLE-1 and EAGLE-3 heads loaded from real checkpoint layouts.
+//!
+//! Everything but `eagle` and the EAGLE proposer compiles without burn: build with
+//! `default-features = false` to get only the burn-free parts.
+#![warn(missing_docs)]
 
 pub mod events;
 
 pub use events::{EventSink, NullSink, SpecDecodeEvent};
+
+pub mod ngram;
+pub mod rejection;
+pub mod sampling;
+pub mod tree;
+
+pub use ngram::{NgramConfig, NgramConfigError, NgramProposer};
+pub use rejection::{
+    ChainRequest, DraftProbs, RejectionError, RejectionSampler, TargetRows, TreeRequest,
+    VerifyOutcome,
+};
+pub use sampling::{RequestRng, SamplingConfig, SamplingError};
+pub use tree::{DraftTree, TreeError};
+
+#[cfg(feature = "burn")]
+pub mod eagle;
+pub mod proposer;
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

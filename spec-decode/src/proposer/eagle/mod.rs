@@ -1,0 +1,388 @@
+//! [`EagleProposer`]: chains of draft tokens from an EAGLE-1 or EAGLE-3 head.
+//!
+//! Each call takes in the rows every request committed in the last target forward and drafts
+//! its next chain:
+//!
+//! 1. **Committed rows, from target features.** Draft row `t` consumes the pair
+//!    `(h_t, x_{t+1})` at RoPE position `t`: the target feature of committed row `t` and the
+//!    token after it, so the input tokens are the committed tokens shifted left by one with the
+//!    new root appended (`tokens[first_new_position + 1..]`). One batched head forward over
+//!    all these rows appends them to the request's draft KV cache, which therefore only ever
+//!    holds committed rows computed from target features.
+//! 2. **Chain.** The last committed row's output gives draft token 1. Step `j` then feeds
+//!    token `j` with the previous output recycled as hidden input (EAGLE-1: `f̂`; EAGLE-3: the
+//!    pre-norm output, without `fc`) at position `last + j - 1`, batched over the requests still
+//!    drafting, until each has its `k` tokens.
+//! 3. **Rollback.** The speculative rows of step 2 are cut from the draft cache, so the next
+//!    round starts from committed rows only and recomputes the accepted ones from target
+//!    features.
+
+mod config;
+mod pick;
+mod slots;
+
+pub use config::{DraftSampling, EagleProposerConfig};
+
+use aquila_model_loader::model::{FeatureTap, ForwardBatch, KvCache, LlamaModel, SequenceInput};
+use burn::tensor::backend::Backend;
+use burn::tensor::{Int, Tensor, TensorData};
+
+use super::{ChainDraft, Draft, ProposeBatch, ProposeError, ProposeRequest, Proposer};
+use crate::eagle::{EagleError, EagleHead};
+use crate::sampling::SamplingError;
+use slots::{RequestState, SlotTable};
+
+/// Drafts chains of tokens with an EAGLE head, keeping one draft KV-cache slot per request.
+///
+/// The proposer holds a clone of the target model for the embeddings and lm_head the head
+/// shares with it; cloning a burn module only adds references to its weights.
+#[derive(Debug)]
+pub struct EagleProposer<B: Backend> {
+    head: EagleHead<B>,
+    target: LlamaModel<B>,
+    config: EagleProposerConfig,
+    cache: KvCache<B>,
+    slots: SlotTable,
+}
+
+/// Where one request's rows go this step, decided before anything changes.
+#[derive(Debug, Clone, Copy)]
+struct Planned {
+    slot: usize,
+    is_new: bool,
+    /// Draft tokens to propose (after the proposer's `k`, the request's budget and the context
+    /// limit).
+    budget: usize,
+}
+
+impl<B: Backend> EagleProposer<B> {
+    /// A proposer drafting with `head` for `target`, with draft-cache room for `num_slots`
+    /// concurrent requests (the engine's maximum number of running requests).
+    pub fn new(
+        head: EagleHead<B>,
+        target: &LlamaModel<B>,
+        config: EagleProposerConfig,
+        num_slots: usize,
+    ) -> Result<Self, EagleError> {
+        config.validate()?;
+        if num_slots == 0 {
+            return Err(SamplingError {
+                name: "num_slots",
+                expected: "at least 1",
+                value: 0.0,
+            }
+            .into());
+        }
+        head.check_target(target.config())?;
+        Ok(Self {
+            cache: head.new_kv_cache(num_slots),
+            head,
+            target: target.clone(),
+            config,
+            slots: SlotTable::new(num_slots),
+        })
+    }
+
+    /// The target features the engine must tap in every target forward and pass to
+    /// [`Proposer::draft`].
+    pub fn feature_tap(&self) -> FeatureTap {
+        self.head.feature_tap()
+    }
+
+    /// The draft head.
+    pub fn head(&self) -> &EagleHead<B> {
+        &self.head
+    }
+
+    /// The proposer's settings.
+    pub fn config(&self) -> &EagleProposerConfig {
+        &self.config
+    }
+
+    /// Number of requests that hold a draft-cache slot.
+    pub fn num_requests(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Number of draft-cache slots.
+    pub fn num_slots(&self) -> usize {
+        self.slots.capacity()
+    }
+
+    /// Rows of `request_id` in the draft KV cache (its committed rows between calls), or
+    /// `None` for a request the proposer does not know.
+    pub fn cached_rows(&self, request_id: u64) -> Option<usize> {
+        self.slots
+            .get(request_id)
+            .map(|state| self.cache.len(state.slot))
+    }
+
+    /// Decides each request's slot and draft budget and checks that its rows continue its
+    /// cache; changes nothing.
+    fn plan(&self, requests: &[ProposeRequest<'_>]) -> Result<Vec<Planned>, ProposeError> {
+        let target = self.target.config();
+        let mut free = self.slots.free_slots();
+        requests
+            .iter()
+            .map(|request| {
+                let request_id = request.request_id;
+                let (slot, is_new) = match self.slots.get(request_id) {
+                    Some(state) => (state.slot, false),
+                    None => {
+                        let slot = free.next().ok_or(ProposeError::NoFreeSlot {
+                            request_id,
+                            capacity: self.slots.capacity(),
+                        })?;
+                        (slot, true)
+                    }
+                };
+                let cached = if is_new { 0 } else { self.cache.len(slot) };
+                if request.first_new_position != cached {
+                    return Err(ProposeError::PositionGap {
+                        request_id,
+                        cached,
+                        first_new_position: request.first_new_position,
+                    });
+                }
+                let inputs = &request.tokens[request.first_new_position + 1..];
+                if let Some(&token) = inputs.iter().find(|&&t| t as usize >= target.vocab_size) {
+                    return Err(ProposeError::TokenOutOfVocab {
+                        request_id,
+                        token,
+                        vocab_size: target.vocab_size,
+                    });
+                }
+                // Draft j is verified at position len - 1 + j, which must be inside the context.
+                let room = target
+                    .max_position_embeddings
+                    .saturating_sub(request.tokens.len());
+                let budget = request
+                    .max_draft_tokens
+                    .min(self.config.num_speculative_tokens)
+                    .min(room);
+                Ok(Planned {
+                    slot,
+                    is_new,
+                    budget,
+                })
+            })
+            .collect()
+    }
+
+    /// Runs the committed rows of every request through the head (step 1); returns the head
+    /// outputs of all rows.
+    fn absorb(
+        &mut self,
+        features: &Tensor<B, 2>,
+        requests: &[ProposeRequest<'_>],
+        plan: &[Planned],
+    ) -> Result<Tensor<B, 2>, ProposeError> {
+        let sequences = requests
+            .iter()
+            .zip(plan)
+            .map(|(request, planned)| SequenceInput {
+                slot: planned.slot,
+                tokens: request.tokens[request.first_new_position + 1..].to_vec(),
+                positions: (request.first_new_position..request.tokens.len() - 1).collect(),
+                logits_rows: Vec::new(),
+                mask: None,
+            })
+            .collect();
+        let feature_rows: Vec<usize> = requests
+            .iter()
+            .flat_map(|r| r.feature_rows.iter().copied())
+            .collect();
+        let hidden = self
+            .head
+            .project(select_rows(features.clone(), &feature_rows));
+        Ok(self.head.forward(
+            &self.target,
+            &ForwardBatch::new(sequences),
+            hidden,
+            &mut self.cache,
+        )?)
+    }
+
+    /// Drafts the chains (step 2) from the head outputs of the committed rows.
+    fn extend_chains(
+        &mut self,
+        outputs: Tensor<B, 2>,
+        requests: &[ProposeRequest<'_>],
+        plan: &[Planned],
+    ) -> Result<Vec<ChainDraft>, ProposeError> {
+        let mut chains = vec![ChainDraft::default(); requests.len()];
+        let mut active: Vec<usize> = (0..requests.len())
+            .filter(|&i| plan[i].budget > 0)
+            .collect();
+        if active.is_empty() {
+            return Ok(chains);
+        }
+        let mut last_rows = Vec::with_capacity(active.len());
+        let mut end = 0;
+        for (i, request) in requests.iter().enumerate() {
+            end += request.num_committed();
+            if plan[i].budget > 0 {
+                last_rows.push(end - 1);
+            }
+        }
+        let mut hidden = select_rows(outputs, &last_rows);
+        for step in 1.. {
+            let logits = self.head.logits(&self.target, hidden.clone());
+            let picks = self.pick(logits, &active, requests);
+            for (&i, (token, probs)) in active.iter().zip(picks) {
+                chains[i].tokens.push(token);
+                if let Some(row) = probs {
+                    chains[i].probs.get_or_insert_with(Vec::new).extend(row);
+                }
+            }
+            let keep: Vec<usize> = (0..active.len())
+                .filter(|&a| plan[active[a]].budget > step)
+                .collect();
+            if keep.is_empty() {
+                break;
+            }
+            if keep.len() < active.len() {
+                hidden = select_rows(hidden, &keep);
+                active = keep.iter().map(|&a| active[a]).collect();
+            }
+            let sequences = active
+                .iter()
+                .map(|&i| {
+                    let slot = plan[i].slot;
+                    let token = *chains[i].tokens.last().expect("one token per step");
+                    SequenceInput::new(slot, vec![token], self.cache.len(slot))
+                })
+                .collect();
+            hidden = self.head.forward(
+                &self.target,
+                &ForwardBatch::new(sequences),
+                hidden,
+                &mut self.cache,
+            )?;
+        }
+        Ok(chains)
+    }
+
+    /// The draft token (target id) of every active request from its logits row, and the
+    /// distribution it was sampled from (sampled drafting only).
+    fn pick(
+        &mut self,
+        logits: Tensor<B, 2>,
+        active: &[usize],
+        requests: &[ProposeRequest<'_>],
+    ) -> Vec<(u32, Option<Vec<f32>>)> {
+        let map = self.head.vocab_map();
+        match self.config.sampling {
+            DraftSampling::Greedy => pick::argmax_rows(logits)
+                .into_iter()
+                .map(|id| (map.to_target(id), None))
+                .collect(),
+            DraftSampling::Sampled { temperature, .. } => {
+                let rows = pick::float_rows(logits);
+                active
+                    .iter()
+                    .zip(rows)
+                    .map(|(&i, row)| {
+                        let state = self
+                            .slots
+                            .get_mut(requests[i].request_id)
+                            .expect("drafting requests hold a slot");
+                        let rng = state
+                            .rng
+                            .as_mut()
+                            .expect("sampled drafting gives every request a stream");
+                        let (id, probs) = DraftSampling::sample_row(temperature, &row, rng);
+                        (map.to_target(id), Some(map.scatter_row(&probs, 0.0)))
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    /// Cuts every request's cache back to the rows it held before this call and forgets the
+    /// requests first seen in it (on error: nothing of the call remains).
+    fn roll_back(&mut self, requests: &[ProposeRequest<'_>], plan: &[Planned]) {
+        for (request, planned) in requests.iter().zip(plan) {
+            if planned.is_new {
+                self.slots.remove(request.request_id);
+                self.cache.reset(planned.slot);
+            } else {
+                self.cache
+                    .truncate(planned.slot, request.first_new_position);
+            }
+        }
+    }
+}
+
+impl<B: Backend> Proposer<Tensor<B, 2>> for EagleProposer<B> {
+    fn num_speculative_tokens(&self) -> usize {
+        self.config.num_speculative_tokens
+    }
+
+    fn needs_target_features(&self) -> bool {
+        true
+    }
+
+    fn draft(
+        &mut self,
+        batch: &ProposeBatch<'_, Tensor<B, 2>>,
+    ) -> Result<Vec<Draft>, ProposeError> {
+        let features = batch.features.ok_or(ProposeError::MissingFeatures)?;
+        let [rows, width] = features.dims();
+        let expected = self.head.feature_width();
+        if width != expected {
+            return Err(ProposeError::FeatureWidth {
+                expected,
+                got: width,
+            });
+        }
+        batch.check(Some(rows))?;
+        let requests = batch.requests;
+        if requests.is_empty() {
+            return Ok(Vec::new());
+        }
+        let plan = self.plan(requests)?;
+        let outputs = self.absorb(features, requests, &plan)?;
+        for (request, planned) in requests.iter().zip(&plan) {
+            if planned.is_new {
+                let rng = self.config.sampling.stream_for(request.request_id);
+                self.slots.insert(
+                    request.request_id,
+                    RequestState {
+                        slot: planned.slot,
+                        rng,
+                    },
+                );
+            }
+        }
+        match self.extend_chains(outputs, requests, &plan) {
+            Ok(chains) => {
+                for (request, planned) in requests.iter().zip(&plan) {
+                    self.cache.truncate(planned.slot, request.tokens.len() - 1);
+                }
+                Ok(chains.into_iter().map(Draft::Chain).collect())
+            }
+            Err(err) => {
+                self.roll_back(requests, &plan);
+                Err(err)
+            }
+        }
+    }
+
+    fn release(&mut self, request_id: u64) {
+        if let Some(slot) = self.slots.remove(request_id) {
+            self.cache.reset(slot);
+        }
+    }
+}
+
+/// Rows `rows` of `x`, in order (`x` itself when that is every row).
+fn select_rows<B: Backend>(x: Tensor<B, 2>, rows: &[usize]) -> Tensor<B, 2> {
+    let [n, _] = x.dims();
+    if rows.len() == n && rows.iter().enumerate().all(|(i, &r)| i == r) {
+        return x;
+    }
+    let ids: Vec<i64> = rows.iter().map(|&r| r as i64).collect();
+    let ids = Tensor::<B, 1, Int>::from_data(TensorData::new(ids, [rows.len()]), &x.device());
+    x.select(0, ids)
+}

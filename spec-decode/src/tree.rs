@@ -1,0 +1,320 @@
+//! Draft token trees (EAGLE-2 style): structure, attention mask, positions and path retrieval.
+//!
+//! Node 0 is the root: the last committed token (the token the target sampled last step, not yet
+//! in the target's KV cache). Every other node is a draft token whose parent is an earlier node,
+//! so node order is always parent-before-child and the tree's rows can be fed to the target in
+//! node order. A node's score is its cumulative draft log-probability (root 0).
+
+/// A malformed draft tree or an impossible tree operation.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum TreeError {
+    /// A node's parent is not an earlier node of the tree.
+    #[error("parent {parent} of node {node} must be an earlier node (the tree has {len} nodes)")]
+    InvalidParent {
+        /// The node being added.
+        node: usize,
+        /// The parent it named.
+        parent: usize,
+        /// Nodes in the tree before it.
+        len: usize,
+    },
+    /// Node 0 was given a parent, or a later node none.
+    #[error("node {node} {problem}")]
+    Root {
+        /// The offending node.
+        node: usize,
+        /// What is wrong with it.
+        problem: &'static str,
+    },
+    /// The parts given to [`DraftTree::from_parts`] have different lengths or are empty.
+    #[error("draft tree parts must be non-empty and of equal length: {tokens} tokens, {parents} parents, {scores} scores")]
+    PartLengths {
+        /// Number of tokens given.
+        tokens: usize,
+        /// Number of parents given.
+        parents: usize,
+        /// Number of scores given.
+        scores: usize,
+    },
+    /// [`DraftTree::prune_to_best`] was asked to keep no node (the root always stays).
+    #[error("max_nodes must be at least 1 (the root), got 0")]
+    ZeroBudget,
+}
+
+/// A tree of draft tokens rooted at the last committed token.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DraftTree {
+    tokens: Vec<u32>,
+    parents: Vec<Option<usize>>,
+    depths: Vec<usize>,
+    scores: Vec<f32>,
+    children: Vec<Vec<usize>>,
+}
+
+impl DraftTree {
+    /// A tree holding only the root token (depth 0, score 0).
+    pub fn new(root_token: u32) -> Self {
+        Self {
+            tokens: vec![root_token],
+            parents: vec![None],
+            depths: vec![0],
+            scores: vec![0.0],
+            children: vec![Vec::new()],
+        }
+    }
+
+    /// A tree from per-node parts; `parents[0]` must be `None` and every other parent an
+    /// earlier node.
+    pub fn from_parts(
+        tokens: Vec<u32>,
+        parents: Vec<Option<usize>>,
+        scores: Vec<f32>,
+    ) -> Result<Self, TreeError> {
+        if tokens.is_empty() || tokens.len() != parents.len() || tokens.len() != scores.len() {
+            return Err(TreeError::PartLengths {
+                tokens: tokens.len(),
+                parents: parents.len(),
+                scores: scores.len(),
+            });
+        }
+        if parents[0].is_some() {
+            return Err(TreeError::Root {
+                node: 0,
+                problem: "is the root and must have no parent",
+            });
+        }
+        let mut tree = Self::new(tokens[0]);
+        tree.scores[0] = scores[0];
+        for node in 1..tokens.len() {
+            let parent = parents[node].ok_or(TreeError::Root {
+                node,
+                problem: "is not the root and needs a parent",
+            })?;
+            tree.push(parent, tokens[node], scores[node])?;
+        }
+        Ok(tree)
+    }
+
+    /// Adds a draft token under `parent` with cumulative score `score` and returns its index.
+    pub fn push(&mut self, parent: usize, token: u32, score: f32) -> Result<usize, TreeError> {
+        let node = self.tokens.len();
+        if parent >= node {
+            return Err(TreeError::InvalidParent {
+                node,
+                parent,
+                len: node,
+            });
+        }
+        self.tokens.push(token);
+        self.parents.push(Some(parent));
+        self.depths.push(self.depths[parent] + 1);
+        self.scores.push(score);
+        self.children.push(Vec::new());
+        self.children[parent].push(node);
+        Ok(node)
+    }
+
+    /// Number of nodes, the root included.
+    pub fn num_nodes(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// Number of draft tokens (nodes other than the root).
+    pub fn num_drafts(&self) -> usize {
+        self.tokens.len() - 1
+    }
+
+    /// The tokens of all nodes in node order (the target's input rows), root first.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    /// Cumulative draft log-probabilities of all nodes in node order (root 0 unless given).
+    pub fn scores(&self) -> &[f32] {
+        &self.scores
+    }
+
+    /// The parent of `node` (`None` for the root). Panics if `node` is out of range.
+    pub fn parent(&self, node: usize) -> Option<usize> {
+        self.parents[node]
+    }
+
+    /// The depth of `node` (root 0). Panics if `node` is out of range.
+    pub fn depth(&self, node: usize) -> usize {
+        self.depths[node]
+    }
+
+    /// The children of `node` in insertion order. Panics if `node` is out of range.
+    pub fn children(&self, node: usize) -> &[usize] {
+        &self.children[node]
+    }
+
+    /// The largest node depth (0 for a root-only tree): the longest possible accepted run.
+    pub fn max_depth(&self) -> usize {
+        self.depths.iter().copied().max().unwrap_or(0)
+    }
+
+    /// Node indices from the root to `node`, both included. Panics if `node` is out of range.
+    pub fn path_to(&self, node: usize) -> Vec<usize> {
+        let mut path = vec![node];
+        let mut current = node;
+        while let Some(parent) = self.parents[current] {
+            path.push(parent);
+            current = parent;
+        }
+        path.reverse();
+        path
+    }
+
+    /// Nodes without children, in node order.
+    pub fn leaves(&self) -> Vec<usize> {
+        (0..self.num_nodes())
+            .filter(|&n| self.children[n].is_empty())
+            .collect()
+    }
+
+    /// One root-to-leaf path of node indices per leaf (EAGLE's retrieve indices, unpadded).
+    pub fn leaf_paths(&self) -> Vec<Vec<usize>> {
+        self.leaves()
+            .into_iter()
+            .map(|leaf| self.path_to(leaf))
+            .collect()
+    }
+
+    /// The tree attention mask among the tree's rows, `num_nodes × num_nodes` row-major:
+    /// `mask[i * n + j]` is true when node `i` may attend to node `j`, i.e. `j` is `i` or one
+    /// of its ancestors. (Every row also attends to the whole committed prefix, which is not
+    /// part of this block.)
+    pub fn attention_mask(&self) -> Vec<bool> {
+        let n = self.num_nodes();
+        let mut mask = vec![false; n * n];
+        for node in 0..n {
+            if let Some(parent) = self.parents[node] {
+                // Parents come first, so the parent's row is complete.
+                let (before, row) = mask.split_at_mut(node * n);
+                row[..n].copy_from_slice(&before[parent * n..parent * n + n]);
+            }
+            mask[node * n + node] = true;
+        }
+        mask
+    }
+
+    /// Position ids of the tree's rows: `root_position + depth` (siblings share a position).
+    pub fn positions(&self, root_position: usize) -> Vec<usize> {
+        self.depths.iter().map(|d| root_position + d).collect()
+    }
+
+    /// The sub-tree of at most `max_nodes` nodes (root included) with the best scores, closed
+    /// under ancestors, with the kept nodes' original indices (in the new node order).
+    ///
+    /// EAGLE-2 reranking: nodes are taken by score (descending; NaN counts as `-inf`), then
+    /// depth, then index; a node whose ancestors are not all kept yet is taken together with
+    /// them if they fit, skipped otherwise. With log-probability scores a child never outscores
+    /// its parent, so this is the plain top-N; the closure rule only matters for ties and
+    /// rounding. Kept nodes stay in their original relative order.
+    pub fn prune_to_best(&self, max_nodes: usize) -> Result<(DraftTree, Vec<usize>), TreeError> {
+        if max_nodes == 0 {
+            return Err(TreeError::ZeroBudget);
+        }
+        let key = |n: usize| {
+            let score = self.scores[n];
+            if score.is_nan() {
+                f32::NEG_INFINITY
+            } else {
+                score
+            }
+        };
+        let mut order: Vec<usize> = (1..self.num_nodes()).collect();
+        order.sort_by(|&a, &b| {
+            key(b)
+                .total_cmp(&key(a))
+                .then(self.depths[a].cmp(&self.depths[b]))
+                .then(a.cmp(&b))
+        });
+        let mut kept = vec![false; self.num_nodes()];
+        kept[0] = true;
+        let mut count = 1;
+        for node in order {
+            if count == max_nodes {
+                break;
+            }
+            if kept[node] {
+                continue;
+            }
+            let mut missing = vec![node];
+            let mut current = node;
+            while let Some(parent) = self.parents[current].filter(|&p| !kept[p]) {
+                missing.push(parent);
+                current = parent;
+            }
+            if count + missing.len() <= max_nodes {
+                count += missing.len();
+                for n in missing {
+                    kept[n] = true;
+                }
+            }
+        }
+        let original: Vec<usize> = (0..self.num_nodes()).filter(|&n| kept[n]).collect();
+        let mut new_index = vec![usize::MAX; self.num_nodes()];
+        let mut pruned = DraftTree::new(self.tokens[0]);
+        pruned.scores[0] = self.scores[0];
+        new_index[0] = 0;
+        for &old in &original[1..] {
+            let parent = self.parents[old].map(|p| new_index[p]).unwrap_or(0);
+            new_index[old] = pruned.push(parent, self.tokens[old], self.scores[old])?;
+        }
+        Ok((pruned, original))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn push_rejects_unknown_parents() {
+        let mut tree = DraftTree::new(1);
+        assert_eq!(
+            tree.push(1, 5, -0.1),
+            Err(TreeError::InvalidParent {
+                node: 1,
+                parent: 1,
+                len: 1
+            })
+        );
+        assert_eq!(tree.push(0, 5, -0.1), Ok(1));
+        assert_eq!(tree.depth(1), 1);
+    }
+
+    #[test]
+    fn from_parts_validates_shape_and_root() {
+        assert!(matches!(
+            DraftTree::from_parts(vec![1, 2], vec![None], vec![0.0, 0.0]),
+            Err(TreeError::PartLengths { .. })
+        ));
+        assert!(matches!(
+            DraftTree::from_parts(vec![1], vec![Some(0)], vec![0.0]),
+            Err(TreeError::Root { node: 0, .. })
+        ));
+        assert!(matches!(
+            DraftTree::from_parts(vec![1, 2], vec![None, None], vec![0.0, 0.0]),
+            Err(TreeError::Root { node: 1, .. })
+        ));
+        assert!(matches!(
+            DraftTree::from_parts(vec![1, 2, 3], vec![None, Some(2), Some(0)], vec![0.0; 3]),
+            Err(TreeError::InvalidParent {
+                node: 1,
+                parent: 2,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn prune_with_zero_budget_is_an_error() {
+        assert_eq!(
+            DraftTree::new(0).prune_to_best(0).unwrap_err(),
+            TreeError::ZeroBudget
+        );
+    }
+}
