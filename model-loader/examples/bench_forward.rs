@@ -1,0 +1,222 @@
+//! Forward-pass throughput of a Hugging Face Llama model on the CPU backend (f32).
+//!
+//! ```text
+//! cargo run --release -p aquila-model-loader --example bench_forward -- --model DIR
+//! ```
+//!
+//! Prints the load time, prefill tokens/s at each `--prefill` length, single-sequence decode
+//! tokens/s with a KV cache (after a `--context`-token prompt) and batched decode tokens/s for
+//! `--batch` sequences, plus the cost of the KV-cache append strategies at the decode context
+//! (why the cache concatenates instead of writing into a padded buffer).
+
+use aquila_model_loader::model::{
+    FeatureTap, ForwardBatch, LlamaModel, LoadOptions, SequenceInput,
+};
+use burn::backend::Flex;
+use burn::tensor::{Distribution, Tensor};
+use clap::Parser;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+type B = Flex;
+
+/// llama.cpp f32 figures on SmolLM2-135M with 2 threads, for the printed ratios.
+const LLAMA_CPP_PREFILL_TOKENS_PER_S: f64 = 528.0;
+const LLAMA_CPP_DECODE_TOKENS_PER_S: f64 = 31.0;
+
+#[derive(Debug, Parser)]
+#[command(about = "Forward-pass throughput of a Llama model (CPU, f32)")]
+struct Args {
+    /// Model directory (config.json + safetensors).
+    #[arg(long)]
+    model: PathBuf,
+    /// Prefill lengths to measure.
+    #[arg(long, value_delimiter = ',', default_value = "128,512")]
+    prefill: Vec<usize>,
+    /// Timed repetitions of each prefill (after one warm-up).
+    #[arg(long, default_value_t = 3)]
+    prefill_runs: usize,
+    /// Prompt length before decoding.
+    #[arg(long, default_value_t = 128)]
+    context: usize,
+    /// Decode steps to time.
+    #[arg(long, default_value_t = 64)]
+    decode_steps: usize,
+    /// Sequences decoded together in the batched measurement.
+    #[arg(long, default_value_t = 8)]
+    batch: usize,
+    /// Worker threads (default: rayon's choice, one per core).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Column blocks per linear layer (default: one per worker thread).
+    #[arg(long)]
+    column_blocks: Option<usize>,
+}
+
+/// Deterministic prompt tokens spread over the vocabulary.
+fn prompt(len: usize, vocab: usize, salt: usize) -> Vec<u32> {
+    (0..len)
+        .map(|i| ((i * 7919 + salt * 104_729 + 13) % vocab) as u32)
+        .collect()
+}
+
+fn argmax(row: &[f32]) -> u32 {
+    row.iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map_or(0, |(i, _)| i as u32)
+}
+
+fn progress(len: usize, what: &str) -> ProgressBar {
+    let bar = ProgressBar::new(len as u64).with_message(what.to_string());
+    bar.set_style(
+        ProgressStyle::with_template("{msg:>28} [{bar:30}] {pos}/{len} {elapsed}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    bar
+}
+
+/// Prefills `len` tokens into a fresh cache `runs` times; returns the best tokens/s.
+fn bench_prefill(model: &LlamaModel<B>, len: usize, runs: usize) -> f64 {
+    let tokens = prompt(len, model.config().vocab_size, 0);
+    let bar = progress(runs + 1, &format!("prefill {len}"));
+    let mut best = Duration::MAX;
+    for run in 0..=runs {
+        let mut cache = model.new_kv_cache(1);
+        let batch = ForwardBatch::new(vec![SequenceInput::new(0, tokens.clone(), 0)]);
+        let start = Instant::now();
+        let out = model
+            .forward(&batch, &mut cache, &FeatureTap::None)
+            .expect("valid batch");
+        let _ = out.logits.into_data();
+        if run > 0 {
+            best = best.min(start.elapsed());
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    len as f64 / best.as_secs_f64()
+}
+
+/// Prefills `sequences` prompts of `context` tokens, then times `steps` greedy decode steps of
+/// all of them together; returns generated tokens/s.
+fn bench_decode(model: &LlamaModel<B>, sequences: usize, context: usize, steps: usize) -> f64 {
+    let vocab = model.config().vocab_size;
+    let mut cache = model.new_kv_cache(sequences);
+    let prefill: Vec<SequenceInput> = (0..sequences)
+        .map(|slot| SequenceInput::new(slot, prompt(context, vocab, slot), 0))
+        .collect();
+    let out = model
+        .forward(&ForwardBatch::new(prefill), &mut cache, &FeatureTap::None)
+        .expect("valid batch");
+    let mut logits: Vec<f32> = out.logits.into_data().to_vec().expect("f32 logits");
+    let bar = progress(steps, &format!("decode batch {sequences}"));
+    let start = Instant::now();
+    for _ in 0..steps {
+        let batch = ForwardBatch::new(
+            (0..sequences)
+                .map(|slot| {
+                    let next = argmax(&logits[slot * vocab..(slot + 1) * vocab]);
+                    SequenceInput::new(slot, vec![next], cache.len(slot))
+                })
+                .collect(),
+        );
+        let out = model
+            .forward(&batch, &mut cache, &FeatureTap::None)
+            .expect("valid batch");
+        logits = out.logits.into_data().to_vec().expect("f32 logits");
+        bar.inc(1);
+    }
+    let elapsed = start.elapsed();
+    bar.finish_and_clear();
+    (sequences * steps) as f64 / elapsed.as_secs_f64()
+}
+
+/// Microseconds per one-row append to a `[kv_heads, len, head_dim]` history: by
+/// concatenation (what `KvCache` does) and by `slice_assign` into a buffer padded to `len + 256`.
+fn bench_kv_append(model: &LlamaModel<B>, len: usize) -> (f64, f64) {
+    let config = model.config();
+    let (heads, dim) = (config.num_key_value_heads, config.head_dim);
+    let device = model.device();
+    let history: Tensor<B, 3> = Tensor::random([heads, len, dim], Distribution::Default, &device);
+    let row: Tensor<B, 3> = Tensor::random([heads, 1, dim], Distribution::Default, &device);
+    let mut padded: Tensor<B, 3> = Tensor::zeros([heads, len + 256, dim], &device);
+    let reps = 200;
+    let start = Instant::now();
+    for _ in 0..reps {
+        let grown = Tensor::cat(vec![history.clone(), row.clone()], 1);
+        std::hint::black_box(grown);
+    }
+    let concat = start.elapsed().as_secs_f64() * 1e6 / reps as f64;
+    let start = Instant::now();
+    for _ in 0..reps {
+        padded = padded.slice_assign([0..heads, len..len + 1, 0..dim], row.clone());
+    }
+    std::hint::black_box(&padded);
+    let assign = start.elapsed().as_secs_f64() * 1e6 / reps as f64;
+    (concat, assign)
+}
+
+fn main() {
+    let args = Args::parse();
+    if let Some(threads) = args.threads {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build_global()
+            .expect("the global thread pool is configured once");
+    }
+    let device = Default::default();
+    let start = Instant::now();
+    let mut options = LoadOptions::default();
+    if let Some(blocks) = args.column_blocks {
+        options.column_blocks = blocks;
+    }
+    let model = match LlamaModel::<B>::load_with(&args.model, &device, &options) {
+        Ok(model) => model,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(1);
+        }
+    };
+    let load = start.elapsed();
+    let config = model.config();
+    println!(
+        "model: {} ({} layers, hidden {}, vocab {}), {} threads, {} column blocks",
+        args.model.display(),
+        config.num_hidden_layers,
+        config.hidden_size,
+        config.vocab_size,
+        rayon::current_num_threads(),
+        options.column_blocks
+    );
+    println!("load: {:.2} s", load.as_secs_f64());
+
+    for &len in &args.prefill {
+        let rate = bench_prefill(&model, len, args.prefill_runs.max(1));
+        println!(
+            "prefill {len:>4} tokens: {rate:8.1} tokens/s  ({:.2}x llama.cpp's {LLAMA_CPP_PREFILL_TOKENS_PER_S})",
+            rate / LLAMA_CPP_PREFILL_TOKENS_PER_S
+        );
+    }
+    let single = bench_decode(&model, 1, args.context, args.decode_steps);
+    println!(
+        "decode batch 1 (context {}): {single:8.1} tokens/s  ({:.2}x llama.cpp's {LLAMA_CPP_DECODE_TOKENS_PER_S})",
+        args.context,
+        single / LLAMA_CPP_DECODE_TOKENS_PER_S
+    );
+    let batched = bench_decode(&model, args.batch, args.context, args.decode_steps);
+    println!(
+        "decode batch {} (context {}): {batched:8.1} tokens/s  ({:.2}x batch 1)",
+        args.batch,
+        args.context,
+        batched / single
+    );
+    for len in [args.context, 4 * args.context] {
+        let (concat, assign) = bench_kv_append(&model, len);
+        println!(
+            "kv append at {len} rows, one layer: concatenate {concat:.1} us, slice_assign into padded buffer {assign:.1} us"
+        );
+    }
+}

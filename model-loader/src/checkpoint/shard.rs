@@ -1,0 +1,79 @@
+//! One memory-mapped safetensors file and the byte ranges of its tensors.
+
+use super::CheckpointError;
+use memmap2::Mmap;
+use safetensors::{Dtype, SafeTensors};
+use std::fs::File;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+/// Where one tensor lives in a shard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TensorLocation {
+    /// Element type.
+    pub dtype: Dtype,
+    /// Shape (row-major).
+    pub shape: Vec<usize>,
+    /// Byte range in the mapped file.
+    pub bytes: Range<usize>,
+}
+
+/// A memory-mapped safetensors file with a validated header.
+#[derive(Debug)]
+pub(crate) struct Shard {
+    path: PathBuf,
+    map: Mmap,
+}
+
+impl Shard {
+    /// Maps `path` and validates its header: offsets must tile the data section exactly and
+    /// the file must be exactly as long as the header says. Returns the shard and its tensors.
+    pub(crate) fn open(
+        path: &Path,
+    ) -> Result<(Self, Vec<(String, TensorLocation)>), CheckpointError> {
+        let io_error = |source| CheckpointError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let file = File::open(path).map_err(io_error)?;
+        // SAFETY: the map is read-only; the checkpoint files are not expected to change while
+        // a model is loaded from them (as with every mmap-based safetensors loader).
+        let map = unsafe { Mmap::map(&file) }.map_err(io_error)?;
+        let (header_len, metadata) =
+            SafeTensors::read_metadata(&map).map_err(|e| CheckpointError::InvalidFile {
+                path: path.to_path_buf(),
+                message: e.to_string(),
+            })?;
+        let data_start = 8 + header_len;
+        let tensors = metadata
+            .tensors()
+            .into_iter()
+            .map(|(name, info)| {
+                let (start, end) = info.data_offsets;
+                let location = TensorLocation {
+                    dtype: info.dtype,
+                    shape: info.shape.clone(),
+                    bytes: data_start + start..data_start + end,
+                };
+                (name, location)
+            })
+            .collect();
+        Ok((
+            Self {
+                path: path.to_path_buf(),
+                map,
+            },
+            tensors,
+        ))
+    }
+
+    /// The file's path.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The bytes of a tensor of this shard.
+    pub(crate) fn bytes(&self, location: &TensorLocation) -> &[u8] {
+        &self.map[location.bytes.clone()]
+    }
+}

@@ -1,0 +1,201 @@
+//! Grouped-query self-attention with RoPE over an external [`KvCache`]: one fused q/k/v
+//! projection for all rows of the batch, then attention per sequence against that sequence's
+//! cached keys and values.
+
+use super::weights::Projection;
+use super::{AttentionContext, KvCache, SplitLinear, WeightLoader};
+use crate::config::LlamaConfig;
+use burn::module::Module;
+use burn::tensor::backend::Backend;
+use burn::tensor::module::attention;
+use burn::tensor::ops::AttentionModuleOptions;
+use burn::tensor::Tensor;
+
+/// Shape of an attention block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttentionSpec {
+    /// Width of the input rows (the hidden size; twice it for an EAGLE-3 midlayer).
+    pub input_size: usize,
+    /// Width of the output rows (the hidden size).
+    pub output_size: usize,
+    /// Number of query heads.
+    pub num_heads: usize,
+    /// Number of key/value heads; divides `num_heads`.
+    pub num_kv_heads: usize,
+    /// Width of one head.
+    pub head_dim: usize,
+    /// Whether q, k and v projections have biases.
+    pub qkv_bias: bool,
+    /// Whether the output projection has a bias.
+    pub o_bias: bool,
+}
+
+impl AttentionSpec {
+    /// The attention of a layer of `config` (input and output `hidden_size` wide).
+    pub fn from_config(config: &LlamaConfig) -> Self {
+        Self {
+            input_size: config.hidden_size,
+            output_size: config.hidden_size,
+            num_heads: config.num_attention_heads,
+            num_kv_heads: config.num_key_value_heads,
+            head_dim: config.head_dim,
+            qkv_bias: config.qkv_bias,
+            o_bias: config.o_bias,
+        }
+    }
+
+    /// The same attention reading rows `input_size` wide.
+    pub fn with_input_size(self, input_size: usize) -> Self {
+        Self { input_size, ..self }
+    }
+
+    /// Query heads per key/value head.
+    pub fn group_size(&self) -> usize {
+        self.num_heads / self.num_kv_heads
+    }
+}
+
+/// Grouped-query self-attention with RoPE.
+#[derive(Module, Debug)]
+pub struct Attention<B: Backend> {
+    /// q, k and v projections, one block each.
+    qkv: SplitLinear<B>,
+    /// Output projection `[heads * head_dim, output]`.
+    o_proj: SplitLinear<B>,
+    num_heads: usize,
+    num_kv_heads: usize,
+    head_dim: usize,
+}
+
+impl<B: Backend> Attention<B> {
+    /// Randomly initialized attention (for training a draft head).
+    pub fn init(spec: &AttentionSpec, device: &B::Device) -> Self {
+        let (q, kv) = (
+            spec.num_heads * spec.head_dim,
+            spec.num_kv_heads * spec.head_dim,
+        );
+        Self {
+            qkv: SplitLinear::init(spec.input_size, &[q, kv, kv], spec.qkv_bias, device),
+            o_proj: SplitLinear::init(q, &[spec.output_size], spec.o_bias, device),
+            num_heads: spec.num_heads,
+            num_kv_heads: spec.num_kv_heads,
+            head_dim: spec.head_dim,
+        }
+    }
+
+    /// Loads `{prefix}.{q,k,v,o}_proj.weight` (and biases as `spec` says), e.g. with prefix
+    /// `model.layers.3.self_attn`.
+    pub fn load(
+        loader: &mut WeightLoader<'_, B>,
+        prefix: &str,
+        spec: &AttentionSpec,
+    ) -> Option<Self> {
+        let (q_width, kv_width) = (
+            spec.num_heads * spec.head_dim,
+            spec.num_kv_heads * spec.head_dim,
+        );
+        let (q, k, v) = (
+            format!("{prefix}.q_proj"),
+            format!("{prefix}.k_proj"),
+            format!("{prefix}.v_proj"),
+        );
+        let qkv = loader.projections(
+            &[
+                Projection {
+                    prefix: &q,
+                    out: q_width,
+                },
+                Projection {
+                    prefix: &k,
+                    out: kv_width,
+                },
+                Projection {
+                    prefix: &v,
+                    out: kv_width,
+                },
+            ],
+            spec.input_size,
+            spec.qkv_bias,
+        );
+        let o_proj = loader.linear(
+            &format!("{prefix}.o_proj"),
+            q_width,
+            spec.output_size,
+            spec.o_bias,
+        );
+        Some(Self {
+            qkv: qkv?,
+            o_proj: o_proj?,
+            num_heads: spec.num_heads,
+            num_kv_heads: spec.num_kv_heads,
+            head_dim: spec.head_dim,
+        })
+    }
+
+    /// Attends the rows `x` (`[rows, input]`, the batch's sequences one after another) to
+    /// themselves and to their slots' history in `layer` of `cache`, appending their keys and
+    /// values there. Returns `[rows, output]`.
+    ///
+    /// `context` must have been built for this batch and this attention's group size.
+    pub fn forward(
+        &self,
+        x: Tensor<B, 2>,
+        context: &AttentionContext<B>,
+        cache: &mut KvCache<B>,
+        layer: usize,
+    ) -> Tensor<B, 2> {
+        let (heads, kv_heads, head_dim) = (self.num_heads, self.num_kv_heads, self.head_dim);
+        let group = heads / kv_heads;
+        assert_eq!(
+            group,
+            context.group_size(),
+            "attention context built for another group size"
+        );
+        let [rows, _] = x.dims();
+        let [query, key, value]: [Tensor<B, 2>; 3] = self
+            .qkv
+            .forward_blocks(x)
+            .try_into()
+            .unwrap_or_else(|_| panic!("the q/k/v layer has three projections"));
+        let query = context.rope().apply(query.reshape([rows, heads, head_dim]));
+        let key = context
+            .rope()
+            .apply(key.reshape([rows, kv_heads, head_dim]));
+        let value = value.reshape([rows, kv_heads, head_dim]);
+
+        let mut outputs: Vec<Tensor<B, 2>> = context
+            .spans()
+            .iter()
+            .map(|span| {
+                let n = span.len;
+                let rows_of = |t: &Tensor<B, 3>| t.clone().narrow(0, span.start, n);
+                let (query, key, value) = (rows_of(&query), rows_of(&key), rows_of(&value));
+                let (keys, values) =
+                    cache.append(layer, span.slot, key.swap_dims(0, 1), value.swap_dims(0, 1));
+                // Query heads of one key/value head become consecutive row blocks.
+                let query = query
+                    .reshape([n, kv_heads, group, head_dim])
+                    .permute([1, 2, 0, 3])
+                    .reshape([1, kv_heads, group * n, head_dim]);
+                let attended = attention(
+                    query,
+                    keys.unsqueeze_dim(0),
+                    values.unsqueeze_dim(0),
+                    span.mask.clone(),
+                    None,
+                    AttentionModuleOptions::default(),
+                );
+                attended
+                    .reshape([kv_heads, group, n, head_dim])
+                    .permute([2, 0, 1, 3])
+                    .reshape([n, heads * head_dim])
+            })
+            .collect();
+        let attended = if outputs.len() == 1 {
+            outputs.pop().expect("one output")
+        } else {
+            Tensor::cat(outputs, 0)
+        };
+        self.o_proj.forward(attended)
+    }
+}

@@ -1,0 +1,139 @@
+//! `AttentionContext`: what every attention layer of one forward pass shares: where each
+//! sequence's rows are, how long its cache is, its RoPE tables and its attention mask.
+
+use super::{ForwardBatch, KvCache, Rope, RopeTables};
+use burn::tensor::backend::Backend;
+use burn::tensor::{Bool, Tensor, TensorData};
+
+/// The new rows of one sequence within a forward pass.
+#[derive(Debug, Clone)]
+pub struct SequenceSpan<B: Backend> {
+    /// KV-cache slot.
+    pub slot: usize,
+    /// First row of the sequence in the flattened batch.
+    pub start: usize,
+    /// Number of new rows.
+    pub len: usize,
+    /// Tokens already cached for the slot.
+    pub cached: usize,
+    /// `[1, 1, group * len, cached + len]`, `true` = masked out; rows are ordered
+    /// `(query head within its group, new row)`. `None` when a single row sees everything.
+    pub(crate) mask: Option<Tensor<B, 4, Bool>>,
+}
+
+/// Per-forward data shared by all attention layers.
+#[derive(Debug, Clone)]
+pub struct AttentionContext<B: Backend> {
+    spans: Vec<SequenceSpan<B>>,
+    rope: RopeTables<B>,
+    group_size: usize,
+}
+
+impl<B: Backend> AttentionContext<B> {
+    /// Prepares a (validated) batch for attention layers with `num_heads` query heads and
+    /// `num_kv_heads` key/value heads, with the cache lengths of `cache`.
+    pub fn new(
+        batch: &ForwardBatch,
+        cache: &KvCache<B>,
+        rope: &Rope,
+        num_heads: usize,
+        num_kv_heads: usize,
+        device: &B::Device,
+    ) -> Self {
+        let group_size = num_heads / num_kv_heads;
+        let positions: Vec<usize> = batch
+            .sequences
+            .iter()
+            .flat_map(|s| s.positions.iter().copied())
+            .collect();
+        let mut start = 0;
+        let spans = batch
+            .sequences
+            .iter()
+            .map(|sequence| {
+                let len = sequence.len();
+                let cached = cache.len(sequence.slot);
+                let mask = (len > 1).then(|| {
+                    let columns = cached + len;
+                    let mut masked = Vec::with_capacity(group_size * len * columns);
+                    for _ in 0..group_size {
+                        for row in 0..len {
+                            masked.extend(std::iter::repeat_n(false, cached));
+                            masked.extend((0..len).map(|col| !sequence.may_attend(row, col)));
+                        }
+                    }
+                    let shape = [1, 1, group_size * len, columns];
+                    Tensor::from_data(TensorData::new(masked, shape), device)
+                });
+                let span = SequenceSpan {
+                    slot: sequence.slot,
+                    start,
+                    len,
+                    cached,
+                    mask,
+                };
+                start += len;
+                span
+            })
+            .collect();
+        Self {
+            spans,
+            rope: rope.tables(&positions, &[num_heads, num_kv_heads], device),
+            group_size,
+        }
+    }
+
+    /// The sequences, in batch order.
+    pub fn spans(&self) -> &[SequenceSpan<B>] {
+        &self.spans
+    }
+
+    /// RoPE tables of all rows.
+    pub fn rope(&self) -> &RopeTables<B> {
+        &self.rope
+    }
+
+    /// Query heads per key/value head the masks were built for.
+    pub fn group_size(&self) -> usize {
+        self.group_size
+    }
+
+    /// Total number of rows.
+    pub fn num_rows(&self) -> usize {
+        self.spans.last().map_or(0, |s| s.start + s.len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::RopeConfig;
+    use crate::model::SequenceInput;
+    use burn::backend::Flex;
+
+    type B = Flex;
+
+    #[test]
+    fn spans_and_group_tiled_masks() {
+        let mut cache = KvCache::<B>::new(1, 3);
+        cache.advance(2, 2); // Slot 2 holds two tokens.
+        let batch = ForwardBatch::new(vec![
+            SequenceInput::new(0, vec![1], 0),
+            SequenceInput::new(2, vec![1, 2], 2),
+        ]);
+        let rope = Rope::new(&RopeConfig::default(), 4);
+        let context = AttentionContext::new(&batch, &cache, &rope, 4, 2, &Default::default());
+        assert_eq!(context.group_size(), 2);
+        assert_eq!(context.num_rows(), 3);
+        let spans = context.spans();
+        assert_eq!((spans[0].slot, spans[0].start, spans[0].len, spans[0].cached), (0, 0, 1, 0));
+        assert!(spans[0].mask.is_none());
+        assert_eq!((spans[1].slot, spans[1].start, spans[1].len, spans[1].cached), (2, 1, 2, 2));
+        let mask = spans[1].mask.clone().unwrap();
+        assert_eq!(mask.dims(), [1, 1, 4, 4]);
+        let masked: Vec<bool> = mask.into_data().to_vec().unwrap();
+        // Each group repeats rows (new row 0, new row 1) over 2 cached + 2 new columns.
+        let block = [false, false, false, true, false, false, false, false];
+        assert_eq!(masked, [block, block].concat());
+    }
+}

@@ -1,0 +1,265 @@
+//! `KvCache`: keys and values of every layer for a fixed number of sequence slots.
+//!
+//! Storage is one contiguous `[kv_heads, len, head_dim]` tensor per layer, slot and kind,
+//! exactly as long as the slot's history; appending concatenates. This is deliberate: burn's
+//! attention wants contiguous keys and values, so a padded buffer would be copied on every
+//! read, and on the CPU backend `slice_assign` copies the whole destination anyway (it is not
+//! in place). A concatenation reads the history once, which is cheaper than the attention that
+//! follows it (see `examples/bench_forward.rs`). Nothing is allocated for a slot until it holds
+//! tokens, and `reset` frees it.
+
+use burn::tensor::backend::Backend;
+use burn::tensor::{Int, Tensor, TensorData};
+
+/// Keys and values of one layer for one slot, `[kv_heads, rows, head_dim]` each. After a
+/// truncation `rows` may exceed the slot's length until the next append.
+#[derive(Debug, Clone)]
+struct LayerEntry<B: Backend> {
+    keys: Tensor<B, 3>,
+    values: Tensor<B, 3>,
+}
+
+impl<B: Backend> LayerEntry<B> {
+    fn rows(&self) -> usize {
+        self.keys.dims()[1]
+    }
+
+    fn bytes(&self) -> usize {
+        let elements = |t: &Tensor<B, 3>| t.shape().num_elements() * t.dtype().size();
+        elements(&self.keys) + elements(&self.values)
+    }
+
+    /// The first `len` rows (a view).
+    fn prefix(&self, len: usize) -> Self {
+        Self {
+            keys: self.keys.clone().narrow(1, 0, len),
+            values: self.values.clone().narrow(1, 0, len),
+        }
+    }
+}
+
+/// Keys and values of every layer for `num_slots` sequence slots.
+#[derive(Debug, Clone)]
+pub struct KvCache<B: Backend> {
+    /// `entries[layer][slot]`.
+    entries: Vec<Vec<Option<LayerEntry<B>>>>,
+    /// Number of cached tokens per slot.
+    lens: Vec<usize>,
+}
+
+impl<B: Backend> KvCache<B> {
+    /// An empty cache for a model with `num_layers` layers and `num_slots` sequence slots.
+    pub fn new(num_layers: usize, num_slots: usize) -> Self {
+        Self {
+            entries: (0..num_layers).map(|_| vec![None; num_slots]).collect(),
+            lens: vec![0; num_slots],
+        }
+    }
+
+    /// Number of sequence slots.
+    pub fn num_slots(&self) -> usize {
+        self.lens.len()
+    }
+
+    /// Number of layers.
+    pub fn num_layers(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Number of cached tokens of `slot`.
+    ///
+    /// # Panics
+    /// If `slot >= num_slots()`.
+    pub fn len(&self, slot: usize) -> usize {
+        self.lens[slot]
+    }
+
+    /// Whether every slot is empty.
+    pub fn is_empty(&self) -> bool {
+        self.lens.iter().all(|&len| len == 0)
+    }
+
+    /// Keeps the first `len` tokens of `slot` (rollback of rejected drafts). Like
+    /// `Vec::truncate`, a `len` at or above the current length changes nothing.
+    ///
+    /// # Panics
+    /// If `slot >= num_slots()`.
+    pub fn truncate(&mut self, slot: usize, len: usize) {
+        if len >= self.lens[slot] {
+            return;
+        }
+        self.lens[slot] = len;
+        if len == 0 {
+            self.free(slot);
+        }
+    }
+
+    /// Tree commit: keeps row `start + rows[i]` at `start + i` for every `i`, then sets the
+    /// length to `start + rows.len()`. Rows before `start` are untouched.
+    ///
+    /// # Panics
+    /// If `slot >= num_slots()`, `start` exceeds the length, or a row is past the length.
+    pub fn gather(&mut self, slot: usize, start: usize, rows: &[usize]) {
+        let len = self.lens[slot];
+        assert!(
+            start <= len,
+            "gather: start {start} is past the length {len} of slot {slot}"
+        );
+        if let Some(&bad) = rows.iter().find(|&&r| start + r >= len) {
+            panic!("gather: row {bad} (+{start}) is past the length {len} of slot {slot}");
+        }
+        if rows.iter().enumerate().all(|(i, &r)| i == r) {
+            self.truncate(slot, start + rows.len());
+            return;
+        }
+        for layer in &mut self.entries {
+            let Some(entry) = &layer[slot] else { continue };
+            let device = entry.keys.device();
+            let indices: Vec<i64> = rows.iter().map(|&r| (start + r) as i64).collect();
+            let indices =
+                Tensor::<B, 1, Int>::from_data(TensorData::new(indices, [rows.len()]), &device);
+            let picked_keys = entry.keys.clone().select(1, indices.clone());
+            let picked_values = entry.values.clone().select(1, indices);
+            let kept = entry.prefix(start);
+            layer[slot] = Some(LayerEntry {
+                keys: Tensor::cat(vec![kept.keys, picked_keys], 1),
+                values: Tensor::cat(vec![kept.values, picked_values], 1),
+            });
+        }
+        self.lens[slot] = start + rows.len();
+    }
+
+    /// Empties `slot` and frees its memory.
+    ///
+    /// # Panics
+    /// If `slot >= num_slots()`.
+    pub fn reset(&mut self, slot: usize) {
+        self.lens[slot] = 0;
+        self.free(slot);
+    }
+
+    /// Bytes of key/value storage currently allocated.
+    pub fn memory_bytes(&self) -> usize {
+        self.entries
+            .iter()
+            .flatten()
+            .flatten()
+            .map(LayerEntry::bytes)
+            .sum()
+    }
+
+    /// Appends new keys and values (`[kv_heads, n, head_dim]`) of `layer` after the slot's
+    /// current length and returns the slot's whole history for that layer. The slot's length
+    /// only grows once [`KvCache::advance`] is called, after every layer has appended.
+    pub fn append(
+        &mut self,
+        layer: usize,
+        slot: usize,
+        keys: Tensor<B, 3>,
+        values: Tensor<B, 3>,
+    ) -> (Tensor<B, 3>, Tensor<B, 3>) {
+        let len = self.lens[slot];
+        let entry = match self.entries[layer][slot].take() {
+            Some(old) if len > 0 => {
+                let old = if old.rows() > len {
+                    old.prefix(len)
+                } else {
+                    old
+                };
+                LayerEntry {
+                    keys: Tensor::cat(vec![old.keys, keys], 1),
+                    values: Tensor::cat(vec![old.values, values], 1),
+                }
+            }
+            _ => LayerEntry { keys, values },
+        };
+        let history = (entry.keys.clone(), entry.values.clone());
+        self.entries[layer][slot] = Some(entry);
+        history
+    }
+
+    /// Records that `n` tokens were appended to `slot` in every layer.
+    pub fn advance(&mut self, slot: usize, n: usize) {
+        self.lens[slot] += n;
+    }
+
+    fn free(&mut self, slot: usize) {
+        for layer in &mut self.entries {
+            layer[slot] = None;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::Flex;
+
+    type B = Flex;
+
+    /// Keys/values `[1, n, 2]` whose row `i` holds `base + i` (keys) and `-(base + i)` (values).
+    fn rows(base: usize, n: usize) -> (Tensor<B, 3>, Tensor<B, 3>) {
+        let keys: Vec<f32> = (0..n).flat_map(|i| [(base + i) as f32; 2]).collect();
+        let values: Vec<f32> = keys.iter().map(|v| -v).collect();
+        let device = Default::default();
+        (
+            Tensor::from_data(TensorData::new(keys, [1, n, 2]), &device),
+            Tensor::from_data(TensorData::new(values, [1, n, 2]), &device),
+        )
+    }
+
+    /// The first key element of each cached row of `slot` in `layer`.
+    fn row_ids(cache: &KvCache<B>, layer: usize, slot: usize) -> Vec<f32> {
+        let entry = cache.entries[layer][slot].as_ref().expect("slot holds tokens");
+        let keys: Vec<f32> = entry.prefix(cache.len(slot)).keys.into_data().to_vec().unwrap();
+        keys.chunks(2).map(|pair| pair[0]).collect()
+    }
+
+    fn fill(cache: &mut KvCache<B>, slot: usize, base: usize, n: usize) {
+        for layer in 0..cache.num_layers() {
+            let (k, v) = rows(base, n);
+            cache.append(layer, slot, k, v);
+        }
+        cache.advance(slot, n);
+    }
+
+    #[test]
+    fn append_truncate_and_gather_move_rows() {
+        let mut cache = KvCache::<B>::new(2, 2);
+        fill(&mut cache, 1, 0, 4);
+        fill(&mut cache, 1, 4, 3);
+        assert_eq!(cache.len(1), 7);
+        assert_eq!(row_ids(&cache, 1, 1), [0., 1., 2., 3., 4., 5., 6.]);
+        cache.gather(1, 3, &[1, 3]);
+        assert_eq!(cache.len(1), 5);
+        for layer in 0..2 {
+            assert_eq!(row_ids(&cache, layer, 1), [0., 1., 2., 4., 6.]);
+        }
+        cache.truncate(1, 2);
+        fill(&mut cache, 1, 10, 1);
+        assert_eq!(row_ids(&cache, 0, 1), [0., 1., 10.]);
+        assert_eq!(cache.len(0), 0);
+    }
+
+    #[test]
+    fn memory_follows_allocations() {
+        let mut cache = KvCache::<B>::new(1, 1);
+        fill(&mut cache, 0, 0, 4);
+        assert_eq!(cache.memory_bytes(), 2 * 4 * 2 * 4);
+        // A truncation keeps the buffer until the next append replaces it.
+        cache.truncate(0, 1);
+        assert_eq!(cache.memory_bytes(), 2 * 4 * 2 * 4);
+        fill(&mut cache, 0, 5, 1);
+        assert_eq!(cache.memory_bytes(), 2 * 2 * 2 * 4);
+        cache.reset(0);
+        assert_eq!(cache.memory_bytes(), 0);
+    }
+
+    #[test]
+    #[should_panic(expected = "past the length")]
+    fn gather_past_the_end_panics() {
+        let mut cache = KvCache::<B>::new(1, 1);
+        fill(&mut cache, 0, 0, 3);
+        cache.gather(0, 1, &[2]);
+    }
+}

@@ -1,0 +1,158 @@
+//! `WeightLoader`: builds burn parameters from checkpoint tensors in Hugging Face layout,
+//! transposing linear weights to burn's `[in, out]` and fusing projections that share an
+//! input. Problems are recorded by the underlying [`StrictReader`] and reported by
+//! [`WeightLoader::finish`].
+
+use super::linear::ColumnBlock;
+use super::SplitLinear;
+use crate::checkpoint::{Checkpoint, CheckpointError, StrictReader};
+use burn::tensor::backend::Backend;
+use burn::tensor::{Tensor, TensorData};
+
+/// One projection of a fused linear layer: checkpoint prefix (`….q_proj`) and output width.
+#[derive(Debug, Clone, Copy)]
+pub struct Projection<'p> {
+    /// Name prefix of the projection's `.weight` (and `.bias`) tensors.
+    pub prefix: &'p str,
+    /// Output width of the projection.
+    pub out: usize,
+}
+
+/// Builds burn parameters from a checkpoint onto one device.
+#[derive(Debug)]
+pub struct WeightLoader<'a, B: Backend> {
+    reader: StrictReader<'a>,
+    device: B::Device,
+    column_blocks: usize,
+}
+
+impl<'a, B: Backend> WeightLoader<'a, B> {
+    /// A loader over `checkpoint` putting tensors on `device`, splitting linear layers into
+    /// one column block per worker thread (see [`SplitLinear`]).
+    pub fn new(checkpoint: &'a Checkpoint, device: &B::Device) -> Self {
+        Self {
+            reader: checkpoint.strict(),
+            device: device.clone(),
+            column_blocks: rayon::current_num_threads(),
+        }
+    }
+
+    /// Splits linear layers into `blocks` column blocks (1 keeps them whole, which suits
+    /// accelerators).
+    pub fn with_column_blocks(mut self, blocks: usize) -> Self {
+        self.column_blocks = blocks.max(1);
+        self
+    }
+
+    /// The underlying reader (for raw tensors such as `d2t`/`t2d`, or to skip buffers).
+    pub fn reader(&mut self) -> &mut StrictReader<'a> {
+        &mut self.reader
+    }
+
+    /// The target device.
+    pub fn device(&self) -> &B::Device {
+        &self.device
+    }
+
+    /// A tensor from `f32` data already in the wanted layout.
+    pub fn tensor<const D: usize>(&self, data: Vec<f32>, shape: [usize; D]) -> Tensor<B, D> {
+        Tensor::from_data(TensorData::new(data, shape), &self.device)
+    }
+
+    /// A checkpoint tensor of shape `shape`, as stored.
+    pub fn take<const D: usize>(&mut self, name: &str, shape: [usize; D]) -> Option<Tensor<B, D>> {
+        let data = self.reader.f32(name, &shape)?;
+        Some(self.tensor(data, shape))
+    }
+
+    /// Like [`WeightLoader::take`], but an absent tensor is not a problem.
+    pub fn take_optional<const D: usize>(
+        &mut self,
+        name: &str,
+        shape: [usize; D],
+    ) -> Option<Tensor<B, D>> {
+        let data = self.reader.optional_f32(name, &shape)?;
+        Some(self.tensor(data, shape))
+    }
+
+    /// A linear layer from `{prefix}.weight` (`[d_out, d_in]`) and, with `bias`,
+    /// `{prefix}.bias` (`[d_out]`), cut into the configured number of column blocks.
+    pub fn linear(
+        &mut self,
+        prefix: &str,
+        d_in: usize,
+        d_out: usize,
+        bias: bool,
+    ) -> Option<SplitLinear<B>> {
+        let weight = self
+            .reader
+            .f32_transposed(&format!("{prefix}.weight"), [d_out, d_in]);
+        let bias_values = if bias {
+            Some(self.reader.f32(&format!("{prefix}.bias"), &[d_out]))
+        } else {
+            None
+        };
+        let bias_values = match bias_values {
+            Some(loaded) => Some(loaded?),
+            None => None,
+        };
+        Some(self.split_linear(
+            &weight?,
+            bias_values.as_deref(),
+            d_in,
+            d_out,
+            self.column_blocks,
+        ))
+    }
+
+    /// One linear layer computing several projections of the same input, one column block per
+    /// projection (so [`SplitLinear::forward_blocks`] returns each projection's output).
+    pub fn projections(
+        &mut self,
+        parts: &[Projection<'_>],
+        d_in: usize,
+        bias: bool,
+    ) -> Option<SplitLinear<B>> {
+        // Read every part before giving up, so that every problem is recorded.
+        let blocks: Vec<Option<ColumnBlock>> = parts
+            .iter()
+            .map(|p| {
+                let weight = self
+                    .reader
+                    .f32_transposed(&format!("{}.weight", p.prefix), [p.out, d_in]);
+                let bias = bias.then(|| self.reader.f32(&format!("{}.bias", p.prefix), &[p.out]));
+                Some(ColumnBlock {
+                    weight: weight?,
+                    bias: match bias {
+                        Some(loaded) => Some(loaded?),
+                        None => None,
+                    },
+                    width: p.out,
+                })
+            })
+            .collect();
+        let blocks = blocks.into_iter().collect::<Option<Vec<_>>>()?;
+        Some(SplitLinear::from_blocks(blocks, d_in, &self.device))
+    }
+
+    /// A linear layer from a row-major `[d_in, d_out]` weight, cut into `blocks` column blocks.
+    pub fn split_linear(
+        &self,
+        weight: &[f32],
+        bias: Option<&[f32]>,
+        d_in: usize,
+        d_out: usize,
+        blocks: usize,
+    ) -> SplitLinear<B> {
+        SplitLinear::from_blocks(
+            ColumnBlock::split(weight, bias, d_out, blocks),
+            d_in,
+            &self.device,
+        )
+    }
+
+    /// Fails with every recorded problem and every checkpoint tensor nobody took.
+    pub fn finish(self) -> Result<(), CheckpointError> {
+        self.reader.finish()
+    }
+}
