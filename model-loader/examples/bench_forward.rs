@@ -134,6 +134,21 @@ fn bench_decode(model: &LlamaModel<B>, sequences: usize, context: usize, steps: 
     (sequences * steps) as f64 / elapsed.as_secs_f64()
 }
 
+/// Median of `batches` timings of `reps` calls of `f`, in microseconds per call.
+fn median_micros(batches: usize, reps: usize, mut f: impl FnMut()) -> f64 {
+    let mut per_call: Vec<f64> = (0..batches)
+        .map(|_| {
+            let start = Instant::now();
+            for _ in 0..reps {
+                f();
+            }
+            start.elapsed().as_secs_f64() * 1e6 / reps as f64
+        })
+        .collect();
+    per_call.sort_by(f64::total_cmp);
+    per_call[batches / 2]
+}
+
 /// Microseconds per one-row append to a `[kv_heads, len, head_dim]` history: by
 /// concatenation (what `KvCache` does) and by `slice_assign` into a buffer padded to `len + 256`.
 fn bench_kv_append(model: &LlamaModel<B>, len: usize) -> (f64, f64) {
@@ -142,20 +157,16 @@ fn bench_kv_append(model: &LlamaModel<B>, len: usize) -> (f64, f64) {
     let device = model.device();
     let history: Tensor<B, 3> = Tensor::random([heads, len, dim], Distribution::Default, &device);
     let row: Tensor<B, 3> = Tensor::random([heads, 1, dim], Distribution::Default, &device);
-    let mut padded: Tensor<B, 3> = Tensor::zeros([heads, len + 256, dim], &device);
-    let reps = 200;
-    let start = Instant::now();
-    for _ in 0..reps {
-        let grown = Tensor::cat(vec![history.clone(), row.clone()], 1);
-        std::hint::black_box(grown);
-    }
-    let concat = start.elapsed().as_secs_f64() * 1e6 / reps as f64;
-    let start = Instant::now();
-    for _ in 0..reps {
-        padded = padded.slice_assign([0..heads, len..len + 1, 0..dim], row.clone());
-    }
-    std::hint::black_box(&padded);
-    let assign = start.elapsed().as_secs_f64() * 1e6 / reps as f64;
+    let concat = median_micros(9, 100, || {
+        std::hint::black_box(Tensor::cat(vec![history.clone(), row.clone()], 1));
+    });
+    let mut padded: Option<Tensor<B, 3>> = Some(Tensor::zeros([heads, len + 256, dim], &device));
+    let assign = median_micros(9, 100, || {
+        let buffer = padded
+            .take()
+            .expect("the buffer is put back after each write");
+        padded = Some(buffer.slice_assign([0..heads, len..len + 1, 0..dim], row.clone()));
+    });
     (concat, assign)
 }
 

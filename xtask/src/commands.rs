@@ -87,9 +87,9 @@ pub fn bench(which: &str, args: &[String]) -> Result<()> {
             "--bench",
             "rejection",
         ]),
-        other => bail!(
-            "unknown benchmark `{other}`: choose engine, forward, spec, metrics or rejection"
-        ),
+        other => {
+            bail!("unknown benchmark `{other}`: choose engine, forward, spec, metrics or rejection")
+        }
     }
 }
 

@@ -1,15 +1,16 @@
-//! Grouped-query self-attention with RoPE over an external [`KvCache`]: one fused q/k/v
-//! projection for all rows of the batch, then attention per sequence against that sequence's
-//! cached keys and values.
+//! Grouped-query self-attention with RoPE over an external [`KvCache`]: the q, k and v
+//! projections of all rows of the batch at once (the large matrix products), then attention
+//! per sequence against that sequence's cached keys and values.
 
 use super::weights::Projection;
-use super::{AttentionContext, KvCache, SplitLinear, WeightLoader};
+use super::{AttentionContext, KvCache, SplitLinear, WeightLoader, PARALLEL_WORK};
 use crate::config::LlamaConfig;
 use burn::module::Module;
 use burn::tensor::backend::Backend;
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
-use burn::tensor::Tensor;
+use burn::tensor::{Bool, Tensor};
+use rayon::prelude::*;
 
 /// Shape of an attention block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -177,13 +178,11 @@ impl<B: Backend> Attention<B> {
                     .reshape([n, kv_heads, group, head_dim])
                     .permute([1, 2, 0, 3])
                     .reshape([1, kv_heads, group * n, head_dim]);
-                let attended = attention(
+                let attended = attend(
                     query,
                     keys.unsqueeze_dim(0),
                     values.unsqueeze_dim(0),
                     span.mask.clone(),
-                    None,
-                    AttentionModuleOptions::default(),
                 );
                 attended
                     .reshape([kv_heads, group, n, head_dim])
@@ -197,5 +196,88 @@ impl<B: Backend> Attention<B> {
             Tensor::cat(outputs, 0)
         };
         self.o_proj.forward(attended)
+    }
+}
+
+/// Scaled dot-product attention of `query` (`[1, kv_heads, rows, head_dim]`) over `keys` and
+/// `values` (`[1, kv_heads, len, head_dim]`), `mask` (`[1, 1, rows, len]`, `true` = hidden).
+///
+/// The CPU backend computes attention on one thread; when the work is large (a long prefill)
+/// the key/value heads are attended on separate worker threads.
+fn attend<B: Backend>(
+    query: Tensor<B, 4>,
+    keys: Tensor<B, 4>,
+    values: Tensor<B, 4>,
+    mask: Option<Tensor<B, 4, Bool>>,
+) -> Tensor<B, 4> {
+    let [_, kv_heads, rows, head_dim] = query.dims();
+    let len = keys.dims()[2];
+    let options = AttentionModuleOptions::default();
+    if kv_heads == 1 || rows * len * head_dim < PARALLEL_WORK {
+        return attention(query, keys, values, mask, None, options);
+    }
+    let per_head: Vec<Tensor<B, 4>> = (0..kv_heads)
+        .into_par_iter()
+        .map(|h| {
+            let head = |t: &Tensor<B, 4>| t.clone().narrow(1, h, 1);
+            attention(
+                head(&query),
+                head(&keys),
+                head(&values),
+                mask.clone(),
+                None,
+                options,
+            )
+        })
+        .collect();
+    Tensor::cat(per_head, 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::Flex;
+    use burn::tensor::Distribution;
+
+    type B = Flex;
+
+    #[test]
+    fn head_parallel_attention_equals_one_call() {
+        let device = Default::default();
+        // 2 heads, 256 query rows over 256 keys of width 128: above the parallel threshold.
+        let shape = [1, 2, 256, 128];
+        let query = Tensor::<B, 4>::random(shape, Distribution::Default, &device);
+        let keys = Tensor::<B, 4>::random(shape, Distribution::Default, &device);
+        let values = Tensor::<B, 4>::random(shape, Distribution::Default, &device);
+        let causal: Vec<bool> = (0..256 * 256).map(|i| i % 256 > i / 256).collect();
+        let mask = Tensor::<B, 4, Bool>::from_data(
+            burn::tensor::TensorData::new(causal, [1, 1, 256, 256]),
+            &device,
+        );
+        const { assert!(256 * 256 * 128 >= PARALLEL_WORK) };
+        let split: Vec<f32> = attend(
+            query.clone(),
+            keys.clone(),
+            values.clone(),
+            Some(mask.clone()),
+        )
+        .into_data()
+        .to_vec()
+        .unwrap();
+        let whole: Vec<f32> = attention(
+            query,
+            keys,
+            values,
+            Some(mask),
+            None,
+            AttentionModuleOptions::default(),
+        )
+        .into_data()
+        .to_vec()
+        .unwrap();
+        assert_eq!(split.len(), whole.len());
+        for (a, b) in split.iter().zip(&whole) {
+            assert!((a - b).abs() < 1e-5, "{a} vs {b}");
+        }
     }
 }

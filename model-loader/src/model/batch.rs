@@ -70,35 +70,18 @@ impl SequenceInput {
         }
     }
 
-    fn validate(
-        &self,
-        sequence: usize,
-        vocab_size: usize,
-        max_position: usize,
-    ) -> Result<(), ModelError> {
+    /// Checks the shape of the input: tokens present, one position per token, logits rows
+    /// and mask within the new rows, every row attending to itself.
+    fn check_layout(&self, sequence: usize) -> Result<(), ModelError> {
         let n = self.tokens.len();
         if n == 0 {
             return Err(ModelError::EmptySequence { sequence });
-        }
-        if let Some(&token) = self.tokens.iter().find(|&&t| t as usize >= vocab_size) {
-            return Err(ModelError::TokenOutOfRange {
-                sequence,
-                token,
-                vocab_size,
-            });
         }
         if self.positions.len() != n {
             return Err(ModelError::PositionCount {
                 sequence,
                 tokens: n,
                 positions: self.positions.len(),
-            });
-        }
-        if let Some(&position) = self.positions.iter().find(|&&p| p >= max_position) {
-            return Err(ModelError::PositionOutOfRange {
-                sequence,
-                position,
-                max: max_position,
             });
         }
         if let Some(&row) = self.logits_rows.iter().find(|&&r| r >= n) {
@@ -127,6 +110,30 @@ impl SequenceInput {
         }
         Ok(())
     }
+
+    /// Checks tokens against the vocabulary and positions against the context length.
+    fn check_ranges(
+        &self,
+        sequence: usize,
+        vocab_size: usize,
+        max_position: usize,
+    ) -> Result<(), ModelError> {
+        if let Some(&token) = self.tokens.iter().find(|&&t| t as usize >= vocab_size) {
+            return Err(ModelError::TokenOutOfRange {
+                sequence,
+                token,
+                vocab_size,
+            });
+        }
+        if let Some(&position) = self.positions.iter().find(|&&p| p >= max_position) {
+            return Err(ModelError::PositionOutOfRange {
+                sequence,
+                position,
+                max: max_position,
+            });
+        }
+        Ok(())
+    }
 }
 
 /// The sequences of one forward pass.
@@ -152,14 +159,24 @@ impl ForwardBatch {
         self.sequences.iter().map(|s| s.logits_rows.len()).sum()
     }
 
-    /// Checks every sequence: non-empty, tokens in the vocabulary, one position per token
-    /// below `max_position`, logits rows and masks in range, distinct slots below `num_slots`.
+    /// Checks every sequence: [`ForwardBatch::validate_layout`], tokens in the vocabulary and
+    /// positions below `max_position`.
     pub fn validate(
         &self,
         vocab_size: usize,
         max_position: usize,
         num_slots: usize,
     ) -> Result<(), ModelError> {
+        self.validate_layout(num_slots)?;
+        self.sequences
+            .iter()
+            .enumerate()
+            .try_for_each(|(i, s)| s.check_ranges(i, vocab_size, max_position))
+    }
+
+    /// Checks the batch's shape: at least one sequence, distinct slots below `num_slots`, and
+    /// per sequence tokens present, one position per token, logits rows and mask in range.
+    pub fn validate_layout(&self, num_slots: usize) -> Result<(), ModelError> {
         if self.sequences.is_empty() {
             return Err(ModelError::EmptyBatch);
         }
@@ -175,7 +192,7 @@ impl ForwardBatch {
             if std::mem::replace(&mut seen[input.slot], true) {
                 return Err(ModelError::DuplicateSlot { slot: input.slot });
             }
-            input.validate(sequence, vocab_size, max_position)?;
+            input.check_layout(sequence)?;
         }
         Ok(())
     }

@@ -1,7 +1,7 @@
 //! `AttentionContext`: what every attention layer of one forward pass shares: where each
 //! sequence's rows are, how long its cache is, its RoPE tables and its attention mask.
 
-use super::{ForwardBatch, KvCache, Rope, RopeTables};
+use super::{ForwardBatch, KvCache, ModelError, Rope, RopeTables};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Tensor, TensorData};
 
@@ -30,8 +30,11 @@ pub struct AttentionContext<B: Backend> {
 }
 
 impl<B: Backend> AttentionContext<B> {
-    /// Prepares a (validated) batch for attention layers with `num_heads` query heads and
-    /// `num_kv_heads` key/value heads, with the cache lengths of `cache`.
+    /// Prepares `batch` for attention layers with `num_heads` query heads and `num_kv_heads`
+    /// key/value heads, with the cache lengths of `cache`.
+    ///
+    /// # Panics
+    /// If the batch's layout is invalid (see [`AttentionContext::try_new`]).
     pub fn new(
         batch: &ForwardBatch,
         cache: &KvCache<B>,
@@ -40,6 +43,21 @@ impl<B: Backend> AttentionContext<B> {
         num_kv_heads: usize,
         device: &B::Device,
     ) -> Self {
+        Self::try_new(batch, cache, rope, num_heads, num_kv_heads, device)
+            .unwrap_or_else(|e| panic!("attention context: {e}"))
+    }
+
+    /// Like [`AttentionContext::new`], but a batch whose layout is invalid
+    /// ([`ForwardBatch::validate_layout`]) is an error. Token ids are not looked at.
+    pub fn try_new(
+        batch: &ForwardBatch,
+        cache: &KvCache<B>,
+        rope: &Rope,
+        num_heads: usize,
+        num_kv_heads: usize,
+        device: &B::Device,
+    ) -> Result<Self, ModelError> {
+        batch.validate_layout(cache.num_slots())?;
         let group_size = num_heads / num_kv_heads;
         let positions: Vec<usize> = batch
             .sequences
@@ -76,11 +94,11 @@ impl<B: Backend> AttentionContext<B> {
                 span
             })
             .collect();
-        Self {
+        Ok(Self {
             spans,
             rope: rope.tables(&positions, &[num_heads, num_kv_heads], device),
             group_size,
-        }
+        })
     }
 
     /// The sequences, in batch order.
@@ -123,12 +141,20 @@ mod tests {
         ]);
         let rope = Rope::new(&RopeConfig::default(), 4);
         let context = AttentionContext::new(&batch, &cache, &rope, 4, 2, &Default::default());
+        let bad = ForwardBatch::new(vec![SequenceInput::new(5, vec![1], 0)]);
+        assert!(AttentionContext::try_new(&bad, &cache, &rope, 4, 2, &Default::default()).is_err());
         assert_eq!(context.group_size(), 2);
         assert_eq!(context.num_rows(), 3);
         let spans = context.spans();
-        assert_eq!((spans[0].slot, spans[0].start, spans[0].len, spans[0].cached), (0, 0, 1, 0));
+        assert_eq!(
+            (spans[0].slot, spans[0].start, spans[0].len, spans[0].cached),
+            (0, 0, 1, 0)
+        );
         assert!(spans[0].mask.is_none());
-        assert_eq!((spans[1].slot, spans[1].start, spans[1].len, spans[1].cached), (2, 1, 2, 2));
+        assert_eq!(
+            (spans[1].slot, spans[1].start, spans[1].len, spans[1].cached),
+            (2, 1, 2, 2)
+        );
         let mask = spans[1].mask.clone().unwrap();
         assert_eq!(mask.dims(), [1, 1, 4, 4]);
         let masked: Vec<bool> = mask.into_data().to_vec().unwrap();

@@ -6,7 +6,9 @@
 //! read, and on the CPU backend `slice_assign` copies the whole destination anyway (it is not
 //! in place). A concatenation reads the history once, which is cheaper than the attention that
 //! follows it (see `examples/bench_forward.rs`). Nothing is allocated for a slot until it holds
-//! tokens, and `reset` frees it.
+//! tokens, and `reset` frees it. A slot's first chunk is kept as handed in (a view of the
+//! forward pass's key/value projection) until its next append replaces it with a fresh
+//! tensor; [`KvCache::memory_bytes`] counts cached rows.
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
@@ -138,7 +140,8 @@ impl<B: Backend> KvCache<B> {
         self.free(slot);
     }
 
-    /// Bytes of key/value storage currently allocated.
+    /// Bytes of key/value storage held: every cached row, plus rows cut off by a truncation
+    /// until the slot's next append.
     pub fn memory_bytes(&self) -> usize {
         self.entries
             .iter()
@@ -210,8 +213,15 @@ mod tests {
 
     /// The first key element of each cached row of `slot` in `layer`.
     fn row_ids(cache: &KvCache<B>, layer: usize, slot: usize) -> Vec<f32> {
-        let entry = cache.entries[layer][slot].as_ref().expect("slot holds tokens");
-        let keys: Vec<f32> = entry.prefix(cache.len(slot)).keys.into_data().to_vec().unwrap();
+        let entry = cache.entries[layer][slot]
+            .as_ref()
+            .expect("slot holds tokens");
+        let keys: Vec<f32> = entry
+            .prefix(cache.len(slot))
+            .keys
+            .into_data()
+            .to_vec()
+            .unwrap();
         keys.chunks(2).map(|pair| pair[0]).collect()
     }
 

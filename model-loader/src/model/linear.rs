@@ -144,8 +144,16 @@ mod tests {
         let (d_in, d_out) = (7, 11);
         let weight: Vec<f32> = (0..d_in * d_out).map(|v| (v as f32 * 0.37).sin()).collect();
         let bias: Vec<f32> = (0..d_out).map(|v| v as f32 * 0.1).collect();
-        let whole = SplitLinear::<B>::from_blocks(ColumnBlock::split(&weight, Some(&bias), d_out, 1), d_in, &device);
-        let split = SplitLinear::<B>::from_blocks(ColumnBlock::split(&weight, Some(&bias), d_out, 3), d_in, &device);
+        let whole = SplitLinear::<B>::from_blocks(
+            ColumnBlock::split(&weight, Some(&bias), d_out, 1),
+            d_in,
+            &device,
+        );
+        let split = SplitLinear::<B>::from_blocks(
+            ColumnBlock::split(&weight, Some(&bias), d_out, 3),
+            d_in,
+            &device,
+        );
         assert_eq!((whole.num_blocks(), split.num_blocks()), (1, 3));
         for rows in [1, 300] {
             let x: Vec<f32> = (0..rows * d_in).map(|v| (v as f32 * 0.11).cos()).collect();

@@ -45,7 +45,9 @@ pub struct LlamaModel<B: Backend> {
     embed_tokens: Embedding<B>,
     layers: Vec<DecoderLayer<B>>,
     norm: RmsNorm<B>,
-    /// `[hidden, vocab]` (the transposed embedding table when tied).
+    /// `[hidden, vocab]`. A tied model keeps a transposed copy of the embedding table here:
+    /// the CPU matmul of a few rows (decode, draft verification) is 5-25% faster on it than on
+    /// a transposed view of the table, for one more table's worth of memory.
     lm_head: SplitLinear<B>,
     #[module(skip)]
     config: LlamaConfig,
@@ -168,14 +170,14 @@ impl<B: Backend> LlamaModel<B> {
         )?;
         tap.validate(config.num_hidden_layers)?;
         let device = self.device();
-        let context = AttentionContext::new(
+        let context = AttentionContext::try_new(
             batch,
             cache,
             &self.rope,
             config.num_attention_heads,
             config.num_key_value_heads,
             &device,
-        );
+        )?;
 
         let tokens: Vec<u32> = batch
             .sequences

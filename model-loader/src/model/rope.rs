@@ -134,14 +134,18 @@ mod tests {
         let x: Vec<f32> = (0..2)
             .flat_map(|_| (1..=2).flat_map(|h| [1.0, 2.0, 3.0, 4.0].map(|v| v * h as f32)))
             .collect();
-        let x = Tensor::<B, 3>::from_data(TensorData::new(x.clone(), [2, 2, 4]), &Default::default());
+        let x =
+            Tensor::<B, 3>::from_data(TensorData::new(x.clone(), [2, 2, 4]), &Default::default());
         let out: Vec<f32> = tables.apply(x).into_data().to_vec().unwrap();
         for (r, &p) in positions.iter().enumerate() {
             for h in 0..2 {
                 let scale = (h + 1) as f32;
                 let got = &out[(r * 2 + h) * 4..(r * 2 + h + 1) * 4];
                 for (i, freq) in [1.0f64, 0.1].iter().enumerate() {
-                    let (c, s) = ((p as f64 * freq).cos() as f32, (p as f64 * freq).sin() as f32);
+                    let (c, s) = (
+                        (p as f64 * freq).cos() as f32,
+                        (p as f64 * freq).sin() as f32,
+                    );
                     let (a, b) = ((i + 1) as f32 * scale, (i + 3) as f32 * scale);
                     assert!((got[i] - (a * c - b * s)).abs() < 1e-5);
                     assert!((got[i + 2] - (b * c + a * s)).abs() < 1e-5);

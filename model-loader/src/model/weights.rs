@@ -84,21 +84,10 @@ impl<'a, B: Backend> WeightLoader<'a, B> {
         d_out: usize,
         bias: bool,
     ) -> Option<SplitLinear<B>> {
-        let weight = self
-            .reader
-            .f32_transposed(&format!("{prefix}.weight"), [d_out, d_in]);
-        let bias_values = if bias {
-            Some(self.reader.f32(&format!("{prefix}.bias"), &[d_out]))
-        } else {
-            None
-        };
-        let bias_values = match bias_values {
-            Some(loaded) => Some(loaded?),
-            None => None,
-        };
+        let block = self.read_block(prefix, d_in, d_out, bias)?;
         Some(self.split_linear(
-            &weight?,
-            bias_values.as_deref(),
+            &block.weight,
+            block.bias.as_deref(),
             d_in,
             d_out,
             self.column_blocks,
@@ -116,23 +105,33 @@ impl<'a, B: Backend> WeightLoader<'a, B> {
         // Read every part before giving up, so that every problem is recorded.
         let blocks: Vec<Option<ColumnBlock>> = parts
             .iter()
-            .map(|p| {
-                let weight = self
-                    .reader
-                    .f32_transposed(&format!("{}.weight", p.prefix), [p.out, d_in]);
-                let bias = bias.then(|| self.reader.f32(&format!("{}.bias", p.prefix), &[p.out]));
-                Some(ColumnBlock {
-                    weight: weight?,
-                    bias: match bias {
-                        Some(loaded) => Some(loaded?),
-                        None => None,
-                    },
-                    width: p.out,
-                })
-            })
+            .map(|p| self.read_block(p.prefix, d_in, p.out, bias))
             .collect();
         let blocks = blocks.into_iter().collect::<Option<Vec<_>>>()?;
         Some(SplitLinear::from_blocks(blocks, d_in, &self.device))
+    }
+
+    /// Reads `{prefix}.weight` transposed to `[d_in, d_out]` and, with `bias`, `{prefix}.bias`.
+    fn read_block(
+        &mut self,
+        prefix: &str,
+        d_in: usize,
+        d_out: usize,
+        bias: bool,
+    ) -> Option<ColumnBlock> {
+        let weight = self
+            .reader
+            .f32_transposed(&format!("{prefix}.weight"), [d_out, d_in]);
+        // The bias is read even when the weight is unusable, so that its problems are recorded.
+        let bias = match bias.then(|| self.reader.f32(&format!("{prefix}.bias"), &[d_out])) {
+            Some(loaded) => Some(loaded?),
+            None => None,
+        };
+        Some(ColumnBlock {
+            weight: weight?,
+            bias,
+            width: d_out,
+        })
     }
 
     /// A linear layer from a row-major `[d_in, d_out]` weight, cut into `blocks` column blocks.

@@ -1,0 +1,444 @@
+//! Engine configuration: model directory, device and dtype, batching limits, KV cache budget,
+//! speculative decoding and metrics labels.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::EngineError;
+
+/// The device the engine runs the model on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Device {
+    /// The CPU, through burn's `Flex` backend (f32 only).
+    #[default]
+    Cpu,
+    /// An NVIDIA GPU by index, through burn's CUDA backend (needs the crate's `cuda` feature).
+    Cuda(usize),
+}
+
+impl fmt::Display for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Device::Cpu => write!(f, "cpu"),
+            Device::Cuda(index) => write!(f, "cuda:{index}"),
+        }
+    }
+}
+
+/// The floating-point type of the model's weights, activations and KV cache.
+///
+/// Sampling always runs in f32 whatever the model dtype.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DType {
+    /// 32-bit float: the only dtype on the CPU, bit-for-bit reproducible.
+    #[default]
+    F32,
+    /// bfloat16 (CUDA only).
+    BF16,
+    /// IEEE half precision (CUDA only).
+    F16,
+}
+
+impl DType {
+    /// Bytes per element.
+    pub fn size_bytes(self) -> usize {
+        match self {
+            DType::F32 => 4,
+            DType::BF16 | DType::F16 => 2,
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = match self {
+            DType::F32 => "f32",
+            DType::BF16 => "bf16",
+            DType::F16 => "f16",
+        };
+        f.write_str(name)
+    }
+}
+
+/// How much KV cache the engine may hold across all running requests.
+///
+/// When running requests need more, the scheduler preempts the newest one (its KV is freed and
+/// recomputed when it is scheduled again).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum KvCacheBudget {
+    /// A number of token positions (summed over all requests).
+    Tokens(usize),
+    /// A number of bytes; converted to tokens with the model's per-token KV size and the dtype.
+    Bytes(u64),
+}
+
+impl Default for KvCacheBudget {
+    /// One GiB: 23,000 positions of SmolLM2-135M in f32.
+    fn default() -> Self {
+        KvCacheBudget::Bytes(1 << 30)
+    }
+}
+
+/// Which drafter speculative decoding uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SpeculativeMethod {
+    /// EAGLE-1 draft head on the target's last normed hidden state.
+    Eagle,
+    /// EAGLE-3 draft head on auxiliary hidden states of several target layers.
+    Eagle3,
+    /// Prompt-lookup n-gram drafting (no draft model).
+    Ngram,
+}
+
+impl fmt::Display for SpeculativeMethod {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = match self {
+            SpeculativeMethod::Eagle => "eagle",
+            SpeculativeMethod::Eagle3 => "eagle3",
+            SpeculativeMethod::Ngram => "ngram",
+        };
+        f.write_str(name)
+    }
+}
+
+/// Speculative decoding settings.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpeculativeConfig {
+    /// The drafter.
+    pub method: SpeculativeMethod,
+    /// Directory of the draft model (EAGLE heads); `None` for n-gram drafting.
+    pub draft_model: Option<PathBuf>,
+    /// Draft tokens proposed per request per step.
+    pub num_speculative_tokens: usize,
+    /// Shortest n-gram the n-gram drafter matches.
+    pub ngram_min: usize,
+    /// Longest n-gram the n-gram drafter matches.
+    pub ngram_max: usize,
+}
+
+impl SpeculativeConfig {
+    /// A configuration for `method` with `num_speculative_tokens` drafts per step, n-gram sizes
+    /// 1..=4 and no draft model directory.
+    pub fn new(method: SpeculativeMethod, num_speculative_tokens: usize) -> Self {
+        Self {
+            method,
+            draft_model: None,
+            num_speculative_tokens,
+            ngram_min: 1,
+            ngram_max: 4,
+        }
+    }
+
+    /// Checks that the settings are consistent with the method.
+    pub fn validate(&self) -> Result<(), EngineError> {
+        if self.num_speculative_tokens == 0 {
+            return Err(config_error(
+                "speculative.num_speculative_tokens",
+                "must be at least 1",
+            ));
+        }
+        match self.method {
+            SpeculativeMethod::Eagle | SpeculativeMethod::Eagle3 if self.draft_model.is_none() => {
+                Err(config_error(
+                    "speculative.draft_model",
+                    format!("method {} needs a draft model directory", self.method),
+                ))
+            }
+            SpeculativeMethod::Ngram if self.ngram_min == 0 || self.ngram_min > self.ngram_max => {
+                Err(config_error(
+                    "speculative.ngram_min",
+                    format!(
+                        "needs 1 <= ngram_min <= ngram_max, got {}..={}",
+                        self.ngram_min, self.ngram_max
+                    ),
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Labels and naming of the engine's metrics.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MetricsConfig {
+    /// Prefix of every metric name (`aquila:` by default; `vllm:` for vLLM-compatible names).
+    pub namespace: aquila_metrics::Namespace,
+    /// Value of the `model_name` label; defaults to the model directory's name.
+    pub model_name: Option<String>,
+    /// Value of the `engine` label.
+    pub engine_label: String,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        Self {
+            namespace: aquila_metrics::Namespace::default(),
+            model_name: None,
+            engine_label: "0".to_string(),
+        }
+    }
+}
+
+/// Everything [`crate::Llm::new`] needs to build an engine.
+///
+/// Build it with [`EngineConfig::new`] and adjust the public fields.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Directory with `config.json`, the safetensors checkpoint and `tokenizer.json`.
+    pub model: PathBuf,
+    /// Where the model runs.
+    pub device: Device,
+    /// Model dtype (f32 on the CPU; bf16, f16 or f32 on CUDA).
+    pub dtype: DType,
+    /// Most requests running at once (also the number of KV cache slots).
+    pub max_num_seqs: usize,
+    /// Most tokens one engine step feeds to the model (prefill chunks plus decode tokens).
+    pub max_num_batched_tokens: usize,
+    /// Longest sequence (prompt plus output) a request may reach; `None` takes the model's
+    /// `max_position_embeddings`, capped by the KV cache budget.
+    pub max_model_len: Option<usize>,
+    /// KV cache budget shared by all running requests.
+    pub kv_cache_budget: KvCacheBudget,
+    /// Speculative decoding; `None` decodes one token per step.
+    pub speculative: Option<SpeculativeConfig>,
+    /// Seed of requests that set no seed of their own: request `id` samples from a stream
+    /// derived from `(seed, id)`.
+    pub seed: u64,
+    /// Metric names and labels.
+    pub metrics: MetricsConfig,
+}
+
+impl EngineConfig {
+    /// A CPU, f32 configuration for the model in `model` with defaults sized for a CPU: 16
+    /// sequences, 2048 batched tokens, a 1 GiB KV cache and seed 0.
+    pub fn new(model: impl Into<PathBuf>) -> Self {
+        Self {
+            model: model.into(),
+            device: Device::Cpu,
+            dtype: DType::F32,
+            max_num_seqs: 16,
+            max_num_batched_tokens: 2048,
+            max_model_len: None,
+            kv_cache_budget: KvCacheBudget::default(),
+            speculative: None,
+            seed: 0,
+            metrics: MetricsConfig::default(),
+        }
+    }
+
+    /// Checks the settings that do not depend on the model.
+    pub fn validate(&self) -> Result<(), EngineError> {
+        if self.max_num_seqs == 0 {
+            return Err(config_error("max_num_seqs", "must be at least 1"));
+        }
+        if self.max_num_batched_tokens == 0 {
+            return Err(config_error("max_num_batched_tokens", "must be at least 1"));
+        }
+        if self.max_model_len == Some(0) {
+            return Err(config_error("max_model_len", "must be at least 1"));
+        }
+        match self.kv_cache_budget {
+            KvCacheBudget::Tokens(0) | KvCacheBudget::Bytes(0) => {
+                return Err(config_error("kv_cache_budget", "must be positive"));
+            }
+            _ => {}
+        }
+        if self.device == Device::Cpu && self.dtype != DType::F32 {
+            return Err(config_error(
+                "dtype",
+                format!("the CPU backend runs in f32 only, got {}", self.dtype),
+            ));
+        }
+        if self.metrics.engine_label.is_empty() {
+            return Err(config_error("metrics.engine_label", "must not be empty"));
+        }
+        if let Some(speculative) = &self.speculative {
+            speculative.validate()?;
+        }
+        Ok(())
+    }
+
+    /// The `model_name` metric label: the configured one, or the model directory's name.
+    pub fn model_name(&self) -> String {
+        self.metrics.model_name.clone().unwrap_or_else(|| {
+            self.model
+                .file_name()
+                .map(|name| name.to_string_lossy().into_owned())
+                .unwrap_or_else(|| self.model.display().to_string())
+        })
+    }
+}
+
+/// Model-dependent limits the engine derives from an [`EngineConfig`] and the model's shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ResolvedLimits {
+    /// Longest sequence (prompt plus output) of one request.
+    pub max_model_len: usize,
+    /// KV cache capacity in token positions, over all requests.
+    pub kv_capacity_tokens: usize,
+}
+
+impl ResolvedLimits {
+    /// Resolves `max_model_len` and the KV capacity.
+    ///
+    /// `kv_bytes_per_token` is the KV size of one position over all layers in the model dtype;
+    /// `max_position_embeddings` the model's context length. An explicit `max_model_len` above
+    /// the model's context, or a budget that cannot hold one `max_model_len` sequence, is an
+    /// error; an unset `max_model_len` is capped by the budget.
+    pub fn resolve(
+        config: &EngineConfig,
+        max_position_embeddings: usize,
+        kv_bytes_per_token: usize,
+    ) -> Result<Self, EngineError> {
+        let kv_capacity_tokens = match config.kv_cache_budget {
+            KvCacheBudget::Tokens(tokens) => tokens,
+            KvCacheBudget::Bytes(bytes) => {
+                let tokens = bytes / kv_bytes_per_token.max(1) as u64;
+                usize::try_from(tokens).unwrap_or(usize::MAX)
+            }
+        };
+        if kv_capacity_tokens < 2 {
+            return Err(config_error(
+                "kv_cache_budget",
+                format!(
+                    "{:?} holds {kv_capacity_tokens} token positions at {kv_bytes_per_token} \
+                     bytes per token; at least 2 are needed",
+                    config.kv_cache_budget
+                ),
+            ));
+        }
+        let max_model_len = match config.max_model_len {
+            Some(len) if len > max_position_embeddings => {
+                return Err(config_error(
+                    "max_model_len",
+                    format!(
+                        "{len} exceeds the model's max_position_embeddings \
+                         ({max_position_embeddings})"
+                    ),
+                ));
+            }
+            Some(len) if len > kv_capacity_tokens => {
+                return Err(config_error(
+                    "max_model_len",
+                    format!(
+                        "{len} tokens do not fit in the KV cache budget of \
+                         {kv_capacity_tokens} tokens"
+                    ),
+                ));
+            }
+            Some(len) => len,
+            None => max_position_embeddings.min(kv_capacity_tokens),
+        };
+        if max_model_len < 2 {
+            return Err(config_error(
+                "max_model_len",
+                format!("{max_model_len} leaves no room for a prompt and a generated token"),
+            ));
+        }
+        Ok(Self {
+            max_model_len,
+            kv_capacity_tokens,
+        })
+    }
+}
+
+/// An [`EngineError::Config`] for `field`.
+pub(crate) fn config_error(field: &'static str, reason: impl Into<String>) -> EngineError {
+    EngineError::Config {
+        field,
+        reason: reason.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        EngineConfig::new("/models/m").validate().unwrap();
+    }
+
+    #[test]
+    fn cpu_rejects_half_precision() {
+        let mut config = EngineConfig::new("/m");
+        config.dtype = DType::BF16;
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("dtype") && err.contains("bf16"), "{err}");
+    }
+
+    #[test]
+    fn zero_limits_name_the_field() {
+        let mut config = EngineConfig::new("/m");
+        config.max_num_seqs = 0;
+        assert!(config
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("max_num_seqs"));
+        let mut config = EngineConfig::new("/m");
+        config.kv_cache_budget = KvCacheBudget::Tokens(0);
+        assert!(config
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("kv_cache_budget"));
+    }
+
+    #[test]
+    fn speculative_config_is_checked() {
+        let mut config = EngineConfig::new("/m");
+        config.speculative = Some(SpeculativeConfig::new(SpeculativeMethod::Eagle, 3));
+        assert!(config
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("draft_model"));
+        let mut ngram = SpeculativeConfig::new(SpeculativeMethod::Ngram, 3);
+        ngram.ngram_min = 5;
+        assert!(ngram
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("ngram_min"));
+        ngram.ngram_min = 2;
+        ngram.validate().unwrap();
+    }
+
+    #[test]
+    fn max_model_len_defaults_to_context_capped_by_budget() {
+        let mut config = EngineConfig::new("/m");
+        config.kv_cache_budget = KvCacheBudget::Bytes(1000 * 100);
+        let limits = ResolvedLimits::resolve(&config, 8192, 100).unwrap();
+        assert_eq!(limits.kv_capacity_tokens, 1000);
+        assert_eq!(limits.max_model_len, 1000);
+        config.kv_cache_budget = KvCacheBudget::Tokens(100_000);
+        let limits = ResolvedLimits::resolve(&config, 8192, 100).unwrap();
+        assert_eq!(limits.max_model_len, 8192);
+    }
+
+    #[test]
+    fn explicit_max_model_len_must_fit() {
+        let mut config = EngineConfig::new("/m");
+        config.kv_cache_budget = KvCacheBudget::Tokens(64);
+        config.max_model_len = Some(128);
+        let err = ResolvedLimits::resolve(&config, 8192, 4)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("max_model_len") && err.contains("64"), "{err}");
+        config.max_model_len = Some(9000);
+        config.kv_cache_budget = KvCacheBudget::Tokens(1 << 20);
+        let err = ResolvedLimits::resolve(&config, 8192, 4)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("max_position_embeddings"), "{err}");
+    }
+
+    #[test]
+    fn model_name_defaults_to_directory_name() {
+        let config = EngineConfig::new("/models/smollm2");
+        assert_eq!(config.model_name(), "smollm2");
+    }
+}

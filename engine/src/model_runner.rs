@@ -1,0 +1,183 @@
+//! Runs the target model on one step's scheduled work and hands back each request's logits rows.
+
+use aquila_model_loader::model::{FeatureTap, ForwardBatch, KvCache, LlamaModel, SequenceInput};
+use burn::tensor::backend::Backend;
+
+use crate::error::EngineError;
+use crate::scheduler::{KvCommand, ScheduledRequest, SchedulerOutput};
+
+/// The logits rows one step produced, row-major `f32`, in scheduled order.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct StepLogits {
+    /// `Σ rows × vocab_size` values.
+    values: Vec<f32>,
+    /// Values per row.
+    vocab_size: usize,
+    /// Rows of each scheduled request, in order.
+    rows_per_request: Vec<usize>,
+}
+
+impl StepLogits {
+    /// Splits the rows into one mutable block per scheduled request (empty for requests that
+    /// do not sample in this step).
+    pub fn per_request(&mut self) -> Vec<&mut [f32]> {
+        let mut rest = self.values.as_mut_slice();
+        let mut blocks = Vec::with_capacity(self.rows_per_request.len());
+        for &rows in &self.rows_per_request {
+            let (block, tail) = rest.split_at_mut(rows * self.vocab_size);
+            blocks.push(block);
+            rest = tail;
+        }
+        blocks
+    }
+}
+
+/// What one target forward produced: the logits rows of the sampling requests and, when a tap
+/// was asked for, the features of every fed token (`[fed tokens, width]`, in scheduled order).
+pub(crate) struct StepForward<B: Backend> {
+    /// The logits rows.
+    pub logits: StepLogits,
+    /// The tapped target features.
+    pub features: Option<burn::tensor::Tensor<B, 2>>,
+}
+
+/// The target model and its KV cache.
+pub(crate) struct ModelRunner<B: Backend> {
+    model: LlamaModel<B>,
+    kv_cache: KvCache<B>,
+    vocab_size: usize,
+}
+
+impl<B: Backend> ModelRunner<B> {
+    /// A runner for `model` with `num_slots` KV cache slots.
+    pub fn new(model: LlamaModel<B>, num_slots: usize) -> Self {
+        let kv_cache = model.new_kv_cache(num_slots);
+        let vocab_size = model.config().vocab_size;
+        Self {
+            model,
+            kv_cache,
+            vocab_size,
+        }
+    }
+
+    /// Applies the step's KV commands, then runs one forward over every scheduled request,
+    /// tapping `tap`, and returns the logits rows of the requests that sample.
+    pub fn execute(
+        &mut self,
+        output: &SchedulerOutput,
+        tap: &FeatureTap,
+    ) -> Result<StepForward<B>, EngineError> {
+        for command in &output.kv_commands {
+            match *command {
+                KvCommand::Reset { slot } => self.kv_cache.reset(slot),
+                KvCommand::Truncate { slot, len } => self.kv_cache.truncate(slot, len),
+            }
+        }
+        let rows_per_request: Vec<usize> = output
+            .scheduled
+            .iter()
+            .map(ScheduledRequest::num_logits_rows)
+            .collect();
+        let num_rows: usize = rows_per_request.iter().sum();
+        if output.scheduled.is_empty() {
+            return Ok(StepForward {
+                logits: StepLogits {
+                    values: Vec::new(),
+                    vocab_size: self.vocab_size,
+                    rows_per_request,
+                },
+                features: None,
+            });
+        }
+        let batch = ForwardBatch {
+            sequences: output.scheduled.iter().map(sequence_input).collect(),
+        };
+        let forward = self
+            .model
+            .forward(&batch, &mut self.kv_cache, tap)
+            .map_err(|e| EngineError::Model(e.to_string()))?;
+        let values = forward
+            .logits
+            .into_data()
+            .convert::<f32>()
+            .into_vec::<f32>()
+            .map_err(|e| EngineError::Model(format!("reading the logits: {e:?}")))?;
+        if values.len() != num_rows * self.vocab_size {
+            return Err(EngineError::Model(format!(
+                "the forward returned {} logits, expected {num_rows} rows of {}",
+                values.len(),
+                self.vocab_size
+            )));
+        }
+        Ok(StepForward {
+            logits: StepLogits {
+                values,
+                vocab_size: self.vocab_size,
+                rows_per_request,
+            },
+            features: forward.features,
+        })
+    }
+}
+
+/// The model input of one scheduled request: its tokens at consecutive positions from the
+/// KV length, causal attention, logits for the last known token and the drafts.
+fn sequence_input(work: &ScheduledRequest) -> SequenceInput {
+    let len = work.token_ids.len();
+    SequenceInput {
+        slot: work.slot,
+        tokens: work.token_ids.clone(),
+        positions: (work.start_position..work.start_position + len).collect(),
+        logits_rows: (len - work.num_logits_rows()..len).collect(),
+        mask: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn work(tokens: Vec<u32>, start: usize, drafts: usize, samples: bool) -> ScheduledRequest {
+        ScheduledRequest {
+            request_id: 0,
+            slot: 3,
+            start_position: start,
+            token_ids: tokens,
+            num_draft_tokens: drafts,
+            samples,
+            is_prefill: false,
+        }
+    }
+
+    #[test]
+    fn prefill_chunk_without_sampling_asks_for_no_logits() {
+        let input = sequence_input(&work(vec![5, 6, 7], 10, 0, false));
+        assert_eq!(input.slot, 3);
+        assert_eq!(input.positions, vec![10, 11, 12]);
+        assert!(input.logits_rows.is_empty());
+        assert!(input.mask.is_none());
+    }
+
+    #[test]
+    fn decode_with_drafts_asks_for_the_root_and_draft_rows() {
+        let input = sequence_input(&work(vec![9, 20, 21], 4, 2, true));
+        assert_eq!(input.positions, vec![4, 5, 6]);
+        assert_eq!(input.logits_rows, vec![0, 1, 2]);
+        let input = sequence_input(&work(vec![1, 2, 3, 4], 0, 0, true));
+        assert_eq!(input.logits_rows, vec![3]);
+    }
+
+    #[test]
+    fn step_logits_split_per_request() {
+        let mut logits = StepLogits {
+            values: (0..6).map(|v| v as f32).collect(),
+            vocab_size: 2,
+            rows_per_request: vec![1, 0, 2],
+        };
+        let blocks = logits.per_request();
+        assert_eq!(blocks.len(), 3);
+        assert_eq!(blocks[0], &[0.0, 1.0]);
+        assert!(blocks[1].is_empty());
+        assert_eq!(blocks[2], &[2.0, 3.0, 4.0, 5.0]);
+    }
+}

@@ -1,0 +1,82 @@
+//! Helpers of the speculative-decoding tests: random EAGLE heads for a target directory,
+//! speculative configurations, and the greedy baseline a lossless run must reproduce.
+
+use std::path::Path;
+
+use aquila_engine::{
+    EngineConfig, Llm, Prompt, RequestOutput, SamplingParams, SpeculativeConfig, SpeculativeMethod,
+};
+use aquila_model_loader::config::LlamaConfig;
+use aquila_model_loader::fixtures::eagle::{
+    write_tiny_eagle1, write_tiny_eagle3, TinyEagle1Options, TinyEagle3Options,
+};
+use tempfile::TempDir;
+
+/// The target config in `model_dir`.
+pub fn target_config(model_dir: &Path) -> LlamaConfig {
+    LlamaConfig::from_file(&model_dir.join("config.json")).expect("target config")
+}
+
+/// An EAGLE-1 head of random weights shaped for the target in `model_dir`.
+pub fn eagle1_head(model_dir: &Path) -> TempDir {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    write_tiny_eagle1(
+        dir.path(),
+        &target_config(model_dir),
+        &TinyEagle1Options::default(),
+    )
+    .expect("EAGLE-1 head");
+    dir
+}
+
+/// An EAGLE-3 head of random weights for the two-layer tiny target, tapping layers 0 and 1.
+pub fn eagle3_head(model_dir: &Path) -> TempDir {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let options = TinyEagle3Options {
+        aux_layer_ids: vec![0, 1],
+        ..TinyEagle3Options::default()
+    };
+    write_tiny_eagle3(dir.path(), &target_config(model_dir), &options).expect("EAGLE-3 head");
+    dir
+}
+
+/// Speculative settings for `method` with `k` drafts per step and the head in `draft`.
+pub fn speculative(method: SpeculativeMethod, draft: Option<&Path>, k: usize) -> SpeculativeConfig {
+    SpeculativeConfig {
+        draft_model: draft.map(Path::to_path_buf),
+        ..SpeculativeConfig::new(method, k)
+    }
+}
+
+/// `config` with speculative decoding set.
+pub fn with_speculative(mut config: EngineConfig, speculative: SpeculativeConfig) -> EngineConfig {
+    config.speculative = Some(speculative);
+    config
+}
+
+/// Runs `prompts` (batched) through `llm` with one parameter set each.
+pub fn run(llm: &mut Llm, prompts: &[Prompt], params: &[SamplingParams]) -> Vec<RequestOutput> {
+    llm.generate_with_params(prompts.to_vec(), params)
+        .expect("generation")
+}
+
+/// Runs each prompt alone (one request at a time).
+pub fn run_single(llm: &mut Llm, prompts: &[Prompt], params: &SamplingParams) -> Vec<Vec<u32>> {
+    prompts
+        .iter()
+        .map(|prompt| {
+            llm.generate(vec![prompt.clone()], params)
+                .expect("generation")[0]
+                .token_ids
+                .clone()
+        })
+        .collect()
+}
+
+/// The prompts as token ids (so every engine sees identical inputs).
+pub fn prompt_ids(llm: &Llm, texts: &[&str]) -> Vec<Prompt> {
+    texts
+        .iter()
+        .map(|text| Prompt::TokenIds(llm.tokenizer().encode(text, true).expect("tokenizable")))
+        .collect()
+}

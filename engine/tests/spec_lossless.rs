@@ -1,0 +1,120 @@
+//! Lossless speculative decoding on the tiny model: with EAGLE-1 and EAGLE-3 heads of random
+//! weights and with n-gram lookup, greedy speculative output equals greedy plain output token
+//! for token, one request at a time and batched, for k = 1..=5, also under tight token and KV
+//! budgets (drafts cut or dropped, preemptions) and in batches mixing sampled requests.
+
+mod common;
+
+use aquila_engine::{KvCacheBudget, Llm, SamplingParams, SpeculativeConfig, SpeculativeMethod};
+use common::spec::{eagle1_head, eagle3_head, prompt_ids, run, run_single, speculative};
+use common::{config, greedy, mixed, tiny_model, PROMPTS};
+
+const MAX_TOKENS: usize = 24;
+
+/// Checks every k in 1..=5 of `make(k)` against the plain greedy baseline, batched and (for
+/// two prompts) one request at a time.
+fn assert_lossless(model: &std::path::Path, make: impl Fn(usize) -> SpeculativeConfig) {
+    let mut plain = Llm::new(config(model)).expect("plain engine");
+    let prompts = prompt_ids(&plain, &PROMPTS);
+    let params = vec![greedy(MAX_TOKENS); prompts.len()];
+    let baseline: Vec<Vec<u32>> = run(&mut plain, &prompts, &params)
+        .into_iter()
+        .map(|o| o.token_ids)
+        .collect();
+    for k in 1..=5 {
+        let mut engine_config = config(model);
+        engine_config.speculative = Some(make(k));
+        let mut llm = Llm::new(engine_config).expect("speculative engine");
+        let outputs = run(&mut llm, &prompts, &params);
+        let drafted: usize = outputs.iter().map(|o| o.metrics.num_draft_tokens).sum();
+        assert!(drafted > 0, "k = {k}: no draft token was verified");
+        let batched: Vec<Vec<u32>> = outputs.into_iter().map(|o| o.token_ids).collect();
+        assert_eq!(batched, baseline, "batched, k = {k}");
+        let single = run_single(&mut llm, &prompts[..2], &greedy(MAX_TOKENS));
+        assert_eq!(single, baseline[..2], "one at a time, k = {k}");
+    }
+}
+
+#[test]
+fn eagle1_random_head_is_lossless() {
+    let model = tiny_model();
+    let head = eagle1_head(model.path());
+    assert_lossless(model.path(), |k| {
+        speculative(SpeculativeMethod::Eagle, Some(head.path()), k)
+    });
+}
+
+#[test]
+fn eagle3_random_head_is_lossless() {
+    let model = tiny_model();
+    let head = eagle3_head(model.path());
+    assert_lossless(model.path(), |k| {
+        speculative(SpeculativeMethod::Eagle3, Some(head.path()), k)
+    });
+}
+
+#[test]
+fn ngram_drafting_is_lossless_and_accepts_drafts() {
+    let model = tiny_model();
+    assert_lossless(model.path(), |k| {
+        speculative(SpeculativeMethod::Ngram, None, k)
+    });
+    // The tiny model's greedy text repeats itself, so prompt lookup must hit.
+    let mut engine_config = config(model.path());
+    engine_config.speculative = Some(speculative(SpeculativeMethod::Ngram, None, 3));
+    let mut llm = Llm::new(engine_config).unwrap();
+    let outputs = llm.generate(PROMPTS, &greedy(MAX_TOKENS)).unwrap();
+    let accepted: usize = outputs.iter().map(|o| o.metrics.num_accepted_tokens).sum();
+    assert!(accepted > 0, "n-gram drafts were never accepted");
+}
+
+#[test]
+fn tight_token_and_kv_budgets_cut_drafts_without_changing_output() {
+    let model = tiny_model();
+    let head = eagle1_head(model.path());
+    let mut plain = Llm::new(config(model.path())).unwrap();
+    let prompts = prompt_ids(&plain, &PROMPTS);
+    let params = vec![greedy(MAX_TOKENS); prompts.len()];
+    let baseline: Vec<Vec<u32>> = run(&mut plain, &prompts, &params)
+        .into_iter()
+        .map(|o| o.token_ids)
+        .collect();
+    let longest = prompts
+        .iter()
+        .map(|p| match p {
+            aquila_engine::Prompt::TokenIds(ids) => ids.len(),
+            _ => unreachable!("token id prompts"),
+        })
+        .max()
+        .unwrap();
+    let mut engine_config = config(model.path());
+    engine_config.speculative = Some(speculative(SpeculativeMethod::Eagle, Some(head.path()), 4));
+    engine_config.max_num_batched_tokens = 6;
+    engine_config.kv_cache_budget = KvCacheBudget::Tokens(longest + MAX_TOKENS + 8);
+    let mut llm = Llm::new(engine_config).unwrap();
+    let outputs = run(&mut llm, &prompts, &params);
+    let ids: Vec<Vec<u32>> = outputs.iter().map(|o| o.token_ids.clone()).collect();
+    assert_eq!(ids, baseline);
+    let preemptions: usize = outputs.iter().map(|o| o.metrics.num_preemptions).sum();
+    assert!(preemptions > 0, "the KV budget should force preemptions");
+}
+
+#[test]
+fn mixed_sampling_batches_keep_greedy_requests_exact() {
+    let model = tiny_model();
+    let head = eagle1_head(model.path());
+    let mut plain = Llm::new(config(model.path())).unwrap();
+    let prompts = prompt_ids(&plain, &PROMPTS);
+    let params: Vec<SamplingParams> = mixed(MAX_TOKENS);
+    let baseline = run(&mut plain, &prompts, &params);
+    let mut engine_config = config(model.path());
+    engine_config.speculative = Some(speculative(SpeculativeMethod::Eagle, Some(head.path()), 3));
+    let mut llm = Llm::new(engine_config).unwrap();
+    let outputs = run(&mut llm, &prompts, &params);
+    for ((out, base), params) in outputs.iter().zip(&baseline).zip(&params) {
+        assert_eq!(out.token_ids.len(), MAX_TOKENS);
+        if params.temperature == 0.0 {
+            assert_eq!(out.token_ids, base.token_ids);
+        }
+    }
+}

@@ -1,0 +1,189 @@
+//! Engine throughput on the CPU: prefill tokens/s and decode tokens/s at batch 1 and batch 8,
+//! next to llama.cpp's f32 figures for the same model on 2 threads.
+//!
+//! ```text
+//! cargo run --release -p aquila-examples --bin bench -- --model models/smollm2-135m-instruct
+//! ```
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use aquila_engine::{EngineConfig, Llm, Prompt, SamplingParams};
+use aquila_examples::paths::default_model_dir;
+use clap::Parser;
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// llama.cpp (f32 GGUF, 2 threads) decode speed on SmolLM2-135M, tokens/s.
+const LLAMA_CPP_DECODE_TOKENS_PER_S: f64 = 31.0;
+/// llama.cpp (f32 GGUF, 2 threads) prompt processing speed on SmolLM2-135M, tokens/s.
+const LLAMA_CPP_PREFILL_TOKENS_PER_S: f64 = 528.0;
+
+/// Measures prefill and decode throughput of the engine.
+#[derive(Parser, Debug)]
+#[command(name = "bench", about)]
+struct Args {
+    /// Model directory; defaults to the workspace's SmolLM2 import.
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Prompt tokens of the prefill measurement.
+    #[arg(long, default_value_t = 512)]
+    prefill_tokens: usize,
+    /// Tokens each request decodes in the decode measurements.
+    #[arg(long, default_value_t = 64)]
+    decode_tokens: usize,
+    /// Prompt tokens of each decoding request.
+    #[arg(long, default_value_t = 32)]
+    decode_prompt_tokens: usize,
+    /// Timed repetitions of each measurement (the best is reported).
+    #[arg(long, default_value_t = 3)]
+    repeats: usize,
+}
+
+/// One measured figure and its llama.cpp reference.
+struct Figure {
+    name: &'static str,
+    tokens_per_s: f64,
+    reference: f64,
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    if args.prefill_tokens == 0 || args.decode_tokens < 2 || args.repeats == 0 {
+        bail!("--prefill-tokens and --repeats must be positive and --decode-tokens at least 2");
+    }
+    let model = args.model.clone().unwrap_or_else(default_model_dir);
+    let mut config = EngineConfig::new(&model);
+    config.max_num_seqs = 8;
+    config.max_num_batched_tokens = args.prefill_tokens.max(8 * args.decode_prompt_tokens);
+    let mut llm =
+        Llm::new(config).with_context(|| format!("starting the engine on {}", model.display()))?;
+    let vocab_size = llm.vocab_size();
+
+    let runs = 1 + args.repeats; // The first run of each measurement warms up.
+    let progress = ProgressBar::new((3 * runs) as u64);
+    progress.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+
+    progress.set_message("prefill");
+    let mut prefill = Vec::new();
+    for run in 0..runs {
+        let prompt = token_ids(args.prefill_tokens, vocab_size, run as u64);
+        let elapsed = time_prefill(&mut llm, prompt)?;
+        prefill.push(args.prefill_tokens as f64 / elapsed.as_secs_f64());
+        progress.inc(1);
+    }
+    let mut decode = [Vec::new(), Vec::new()];
+    for (batch, rates) in [1usize, 8].into_iter().zip(decode.iter_mut()) {
+        progress.set_message(format!("decode, batch {batch}"));
+        for run in 0..runs {
+            rates.push(time_decode(&mut llm, &args, batch, run as u64)?);
+            progress.inc(1);
+        }
+    }
+    progress.finish_and_clear();
+
+    let best = |rates: &[f64]| rates[1..].iter().copied().fold(0.0, f64::max);
+    let figures = [
+        Figure {
+            name: "prefill",
+            tokens_per_s: best(&prefill),
+            reference: LLAMA_CPP_PREFILL_TOKENS_PER_S,
+        },
+        Figure {
+            name: "decode, batch 1",
+            tokens_per_s: best(&decode[0]),
+            reference: LLAMA_CPP_DECODE_TOKENS_PER_S,
+        },
+        Figure {
+            name: "decode, batch 8 (aggregate)",
+            tokens_per_s: best(&decode[1]),
+            reference: LLAMA_CPP_DECODE_TOKENS_PER_S,
+        },
+    ];
+    print_table(&args, &figures);
+    Ok(())
+}
+
+/// `len` deterministic pseudo-random token ids below `vocab_size` (an LCG seeded by `seed`).
+fn token_ids(len: usize, vocab_size: usize, seed: u64) -> Vec<u32> {
+    let mut state = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..len)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((state >> 33) % vocab_size as u64) as u32
+        })
+        .collect()
+}
+
+/// Time of the step that prefills `prompt` (in one chunk) and samples its first token.
+fn time_prefill(llm: &mut Llm, prompt: Vec<u32>) -> Result<Duration> {
+    llm.add_request(Prompt::TokenIds(prompt), SamplingParams::greedy(1))?;
+    let start = Instant::now();
+    let step = llm.step()?;
+    let elapsed = start.elapsed();
+    if step.finished.len() != 1 || llm.has_unfinished_requests() {
+        bail!("the prefill did not finish in one step: raise --max-num-batched-tokens");
+    }
+    Ok(elapsed)
+}
+
+/// Decode tokens/s of `batch` requests decoding together: tokens generated after every request
+/// has its first token, over the time of those steps.
+fn time_decode(llm: &mut Llm, args: &Args, batch: usize, run: u64) -> Result<f64> {
+    let params = SamplingParams {
+        ignore_eos: true,
+        ..SamplingParams::greedy(args.decode_tokens)
+    };
+    for request in 0..batch {
+        let prompt = token_ids(
+            args.decode_prompt_tokens,
+            llm.vocab_size(),
+            1000 * run + request as u64,
+        );
+        llm.add_request(Prompt::TokenIds(prompt), params.clone())?;
+    }
+    let first = llm.step()?; // Prefill of the whole batch, first token of each request.
+    if first.deltas.len() != batch {
+        bail!("the batch was not prefilled in one step");
+    }
+    let start = Instant::now();
+    let mut tokens = 0;
+    while llm.has_unfinished_requests() {
+        let step = llm.step()?;
+        tokens += step
+            .deltas
+            .iter()
+            .map(|d| d.new_token_ids.len())
+            .sum::<usize>();
+    }
+    Ok(tokens as f64 / start.elapsed().as_secs_f64())
+}
+
+fn print_table(args: &Args, figures: &[Figure]) {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!(
+        "aquila engine, CPU f32 ({threads} threads); prefill of {} tokens, decode of {} tokens \
+         after {}-token prompts; best of {} runs",
+        args.prefill_tokens, args.decode_tokens, args.decode_prompt_tokens, args.repeats
+    );
+    println!(
+        "{:<30} {:>12} {:>22} {:>8}",
+        "measurement", "tokens/s", "llama.cpp f32 2 thr", "ratio"
+    );
+    for figure in figures {
+        println!(
+            "{:<30} {:>12.1} {:>22.1} {:>8.2}",
+            figure.name,
+            figure.tokens_per_s,
+            figure.reference,
+            figure.tokens_per_s / figure.reference
+        );
+    }
+}

@@ -1,0 +1,269 @@
+//! The EAGLE example: speculative decoding of chat prompts with an EAGLE head (or n-grams), and
+//! the vLLM-style acceptance report read from the engine's metrics snapshot.
+//!
+//! Run it with `cargo xtask eagle [-- OPTIONS]`.
+
+use anyhow::{bail, Context, Result};
+use aquila_engine::{
+    EngineConfig, Llm, Prompt, RequestOutput, SamplingParams, SpeculativeConfig, SpeculativeMethod,
+};
+use aquila_examples::paths::{default_model_dir, workspace_root};
+use aquila_examples::prompts::{builtin_chat_prompts, read_prompts_file};
+use aquila_examples::report::SpecDecodeReport;
+use aquila_metrics::MetricsServer;
+use aquila_model_loader::config::LlamaConfig;
+use aquila_model_loader::fixtures::eagle::{write_tiny_eagle1, TinyEagle1Options};
+use clap::{Parser, ValueEnum};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Speculative decoding with EAGLE on the default model.
+#[derive(Parser, Debug)]
+#[command(name = "eagle", about)]
+struct Args {
+    /// Target model directory (Hugging Face layout).
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Drafting method.
+    #[arg(long, value_enum, default_value_t = Method::Eagle)]
+    method: Method,
+    /// Draft head directory (EAGLE-1 or EAGLE-3 checkpoint); defaults to the shipped head.
+    #[arg(long)]
+    draft: Option<PathBuf>,
+    /// Draft tokens per step.
+    #[arg(long, default_value_t = 3)]
+    num_spec_tokens: usize,
+    /// Sampling temperature (0 = greedy).
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    /// Output tokens per request.
+    #[arg(long, default_value_t = 64)]
+    max_tokens: usize,
+    /// Number of prompts (built-in set, cycled; or the first N of the prompts file).
+    #[arg(long)]
+    num_prompts: Option<usize>,
+    /// JSON Lines prompts file (`{"prompt": ...}`, `{"prompt_token_ids": [...]}` or
+    /// `{"messages": [...]}` per line) instead of the built-in chat prompts.
+    #[arg(long)]
+    prompts_file: Option<PathBuf>,
+    /// Print every prompt's output.
+    #[arg(long)]
+    print_outputs: bool,
+    /// Also run without speculation: print the speedup and how many outputs match.
+    #[arg(long)]
+    compare_baseline: bool,
+    /// Write the metrics snapshot of the speculative run as JSON.
+    #[arg(long)]
+    metrics_json: Option<PathBuf>,
+    /// Write every request's output as JSON.
+    #[arg(long)]
+    output_json: Option<PathBuf>,
+    /// Serve Prometheus `/metrics` at this address (e.g. 127.0.0.1:9090) while running.
+    #[arg(long)]
+    serve_metrics: Option<String>,
+    /// Sampling seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+/// The drafting methods of the example.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Method {
+    /// EAGLE-1 head on the target's last hidden state.
+    Eagle,
+    /// EAGLE-3 head on three auxiliary layers.
+    Eagle3,
+    /// Prompt-lookup n-grams (no draft model).
+    Ngram,
+}
+
+/// The head trained in-tree for SmolLM2 (`cargo xtask train-eagle`), when shipped.
+fn shipped_head_dir() -> PathBuf {
+    workspace_root()
+        .join("examples")
+        .join("heads")
+        .join("smollm2-135m-eagle1")
+}
+
+/// Picks the draft head, saying which one is used.
+fn resolve_draft(args: &Args, model_dir: &Path) -> Result<Option<PathBuf>> {
+    if matches!(args.method, Method::Ngram) {
+        println!("draft: n-gram prompt lookup (no draft model)");
+        return Ok(None);
+    }
+    if let Some(dir) = &args.draft {
+        println!("draft: {}", dir.display());
+        return Ok(Some(dir.clone()));
+    }
+    if matches!(args.method, Method::Eagle3) {
+        bail!("--method eagle3 needs --draft DIR (no EAGLE-3 head is shipped)");
+    }
+    let shipped = shipped_head_dir();
+    if shipped.join("config.json").exists() {
+        println!("draft: the shipped EAGLE-1 head {}", shipped.display());
+        return Ok(Some(shipped));
+    }
+    let random = workspace_root()
+        .join("models")
+        .join("untrained-eagle1-head");
+    write_untrained_eagle1(model_dir, &random)?;
+    println!(
+        "draft: NO trained EAGLE head is shipped yet; using an UNTRAINED EAGLE-1 head with random \
+         weights ({}). Output stays exact (verification is lossless) but acceptance is near zero. \
+         Train one with `cargo xtask train-eagle`.",
+        random.display()
+    );
+    Ok(Some(random))
+}
+
+/// Writes an EAGLE-1 head of random weights shaped for the target in `model_dir` (no fc bias).
+fn write_untrained_eagle1(model_dir: &Path, out: &Path) -> Result<()> {
+    let target = LlamaConfig::from_file(&model_dir.join("config.json"))?;
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let options = TinyEagle1Options {
+        fc_bias: false,
+        bias_key: Some(false),
+        embed_tokens: false,
+        seed: 0,
+    };
+    write_tiny_eagle1(out, &target, &options)
+        .with_context(|| format!("writing an untrained EAGLE-1 head to {}", out.display()))
+}
+
+fn load_prompts(args: &Args) -> Result<Vec<Prompt>> {
+    let mut prompts = match &args.prompts_file {
+        Some(path) => read_prompts_file(path)?,
+        None => builtin_chat_prompts(args.num_prompts.unwrap_or(8)),
+    };
+    if let Some(n) = args.num_prompts {
+        prompts.truncate(n);
+    }
+    Ok(prompts)
+}
+
+fn sampling_params(args: &Args) -> Result<SamplingParams> {
+    let mut params = SamplingParams::greedy(args.max_tokens);
+    params.temperature = args.temperature;
+    params.seed = Some(args.seed);
+    Ok(params)
+}
+
+fn engine_config(model: &Path, speculative: Option<SpeculativeConfig>, seed: u64) -> EngineConfig {
+    let mut config = EngineConfig::new(model);
+    config.speculative = speculative;
+    config.seed = seed;
+    config
+}
+
+/// Runs `generate` and returns the outputs, the wall time and the snapshot delta.
+fn timed_generate(
+    llm: &mut Llm,
+    prompts: &[Prompt],
+    params: &SamplingParams,
+) -> Result<(
+    Vec<RequestOutput>,
+    std::time::Duration,
+    aquila_metrics::Snapshot,
+)> {
+    let before = llm.get_metrics();
+    let start = Instant::now();
+    let outputs = llm.generate(prompts.to_vec(), params)?;
+    let wall = start.elapsed();
+    let delta = llm.get_metrics().delta(&before)?;
+    Ok((outputs, wall, delta))
+}
+
+fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let args = Args::parse();
+    let model_dir = args.model.clone().unwrap_or_else(default_model_dir);
+    if !model_dir.join("config.json").exists() {
+        bail!(
+            "no model at {}: run `cargo xtask import-model` first",
+            model_dir.display()
+        );
+    }
+    println!("target: {}", model_dir.display());
+    let draft = resolve_draft(&args, &model_dir)?;
+    let method = match args.method {
+        Method::Eagle => SpeculativeMethod::Eagle,
+        Method::Eagle3 => SpeculativeMethod::Eagle3,
+        Method::Ngram => SpeculativeMethod::Ngram,
+    };
+    let mut speculative = SpeculativeConfig::new(method, args.num_spec_tokens);
+    speculative.draft_model = draft;
+    let prompts = load_prompts(&args)?;
+    let params = sampling_params(&args)?;
+    println!(
+        "{} prompts, k = {}, temperature {}, max_tokens {}",
+        prompts.len(),
+        args.num_spec_tokens,
+        args.temperature,
+        args.max_tokens
+    );
+
+    let mut llm = Llm::new(engine_config(&model_dir, Some(speculative), args.seed))?;
+    let _server = match &args.serve_metrics {
+        Some(addr) => {
+            let server = MetricsServer::start(llm.recorder(), addr)?;
+            println!("serving metrics at {}", server.url());
+            Some(server)
+        }
+        None => None,
+    };
+    let (outputs, wall, delta) = timed_generate(&mut llm, &prompts, &params)?;
+    let namespace = llm.metrics_namespace();
+    let report = SpecDecodeReport::from_snapshot(&delta, namespace, wall);
+
+    if args.print_outputs {
+        for output in &outputs {
+            println!("{}", "-".repeat(50));
+            println!("request {}: {:?}", output.request_id, output.text);
+        }
+    }
+    println!("{report}");
+
+    if let Some(path) = &args.metrics_json {
+        let json = serde_json::to_string_pretty(&llm.get_metrics())?;
+        std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
+        println!("metrics snapshot written to {}", path.display());
+    }
+    if let Some(path) = &args.output_json {
+        let json = serde_json::to_string_pretty(&outputs)?;
+        std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
+        println!("outputs written to {}", path.display());
+    }
+
+    if args.compare_baseline {
+        let mut baseline = Llm::new(engine_config(&model_dir, None, args.seed))?;
+        let (base_outputs, base_wall, base_delta) =
+            timed_generate(&mut baseline, &prompts, &params)?;
+        let base_report = SpecDecodeReport::from_snapshot(&base_delta, namespace, base_wall);
+        let matching = outputs
+            .iter()
+            .zip(&base_outputs)
+            .filter(|(spec, base)| spec.token_ids == base.token_ids)
+            .count();
+        println!(
+            "baseline: {:.2} s, {:.1} output tokens/s",
+            base_wall.as_secs_f64(),
+            base_report.output_tokens_per_second()
+        );
+        println!(
+            "speedup: {:.2}x",
+            base_wall.as_secs_f64() / wall.as_secs_f64().max(f64::EPSILON)
+        );
+        println!("baseline match: {matching}/{}", outputs.len());
+        if args.temperature == 0.0 && matching != outputs.len() {
+            bail!(
+                "greedy speculative outputs differ from the baseline: speculation is not lossless"
+            );
+        }
+    }
+    Ok(())
+}

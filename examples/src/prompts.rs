@@ -1,0 +1,167 @@
+//! Prompt files (JSON Lines) and the built-in chat prompts of the examples.
+
+use aquila_engine::Prompt;
+use aquila_model_loader::tokenizer::ChatMessage;
+use serde::Deserialize;
+use std::path::Path;
+
+/// One line of a prompts file: exactly one of the three forms.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PromptLine {
+    prompt: Option<String>,
+    prompt_token_ids: Option<Vec<u32>>,
+    messages: Option<Vec<ChatMessage>>,
+}
+
+/// An error reading a prompts file, naming the file and the line.
+#[derive(Debug, thiserror::Error)]
+pub enum PromptsFileError {
+    /// The file could not be read.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// A line is not a JSON object of one of the accepted forms.
+    #[error("{path}:{line}: {message}")]
+    Line {
+        /// The file.
+        path: String,
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// The file holds no prompt.
+    #[error("{path}: no prompt in the file")]
+    Empty {
+        /// The file.
+        path: String,
+    },
+}
+
+/// Parses JSON Lines text where each non-blank line is `{"prompt": "..."}`,
+/// `{"prompt_token_ids": [...]}` or `{"messages": [{"role": ..., "content": ...}, ...]}`.
+///
+/// `origin` names the source in errors.
+pub fn parse_prompts_jsonl(text: &str, origin: &str) -> Result<Vec<Prompt>, PromptsFileError> {
+    let mut prompts = Vec::new();
+    for (index, raw) in text.lines().enumerate() {
+        let trimmed = raw.trim();
+        if trimmed.is_empty() {
+            continue;
+        }
+        let line_error = |message: String| PromptsFileError::Line {
+            path: origin.to_string(),
+            line: index + 1,
+            message,
+        };
+        let parsed: PromptLine =
+            serde_json::from_str(trimmed).map_err(|e| line_error(e.to_string()))?;
+        let prompt = match (parsed.prompt, parsed.prompt_token_ids, parsed.messages) {
+            (Some(text), None, None) => Prompt::Text(text),
+            (None, Some(ids), None) => Prompt::TokenIds(ids),
+            (None, None, Some(messages)) => Prompt::Chat(messages),
+            _ => {
+                return Err(line_error(
+                    "expected exactly one of \"prompt\", \"prompt_token_ids\" or \"messages\""
+                        .to_string(),
+                ))
+            }
+        };
+        prompts.push(prompt);
+    }
+    if prompts.is_empty() {
+        return Err(PromptsFileError::Empty {
+            path: origin.to_string(),
+        });
+    }
+    Ok(prompts)
+}
+
+/// Reads a prompts file (see [`parse_prompts_jsonl`]).
+pub fn read_prompts_file(path: &Path) -> Result<Vec<Prompt>, PromptsFileError> {
+    let origin = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| PromptsFileError::Io {
+        path: origin.clone(),
+        source,
+    })?;
+    parse_prompts_jsonl(&text, &origin)
+}
+
+/// The built-in chat prompts of the eagle example: everyday questions, instructions, a story,
+/// code and arithmetic, none of them used to train a draft head.
+pub const BUILTIN_CHAT_PROMPTS: &[&str] = &[
+    "What are three tips for staying focused while studying?",
+    "Explain what a hash map is to a beginner programmer.",
+    "Write a short story about a lighthouse keeper who finds a message in a bottle.",
+    "Write a Python function that returns the n-th Fibonacci number.",
+    "What is 17 multiplied by 23? Show your steps.",
+    "Give me a recipe for a simple tomato soup.",
+    "Why is the sky blue? Answer in two sentences.",
+    "List the planets of the solar system in order from the Sun.",
+    "Summarize the benefits of regular exercise.",
+    "Translate 'good morning, how are you?' into French and Spanish.",
+    "Describe the water cycle step by step.",
+    "Write a haiku about autumn leaves.",
+];
+
+/// The first `count` built-in prompts as single-turn chat conversations (cycling through the set
+/// when `count` exceeds it).
+pub fn builtin_chat_prompts(count: usize) -> Vec<Prompt> {
+    BUILTIN_CHAT_PROMPTS
+        .iter()
+        .cycle()
+        .take(count)
+        .map(|text| Prompt::Chat(vec![ChatMessage::new("user", *text)]))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_three_line_forms_and_skips_blank_lines() {
+        let text = concat!(
+            "{\"prompt\": \"Hello\"}\n",
+            "\n",
+            "{\"prompt_token_ids\": [1, 2, 3]}\n",
+            "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}\n",
+        );
+        let prompts = parse_prompts_jsonl(text, "mem").unwrap();
+        assert_eq!(prompts.len(), 3);
+        assert_eq!(prompts[0], Prompt::Text("Hello".into()));
+        assert_eq!(prompts[1], Prompt::TokenIds(vec![1, 2, 3]));
+        assert_eq!(
+            prompts[2],
+            Prompt::Chat(vec![ChatMessage::new("user", "Hi")])
+        );
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        let err = parse_prompts_jsonl("{\"prompt\": \"a\"}\n{\"oops\": 1}\n", "p.jsonl")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("p.jsonl:2:"), "{err}");
+        let both = parse_prompts_jsonl("{\"prompt\": \"a\", \"prompt_token_ids\": [1]}", "p")
+            .unwrap_err()
+            .to_string();
+        assert!(both.contains("exactly one"), "{both}");
+        assert!(matches!(
+            parse_prompts_jsonl("\n\n", "p"),
+            Err(PromptsFileError::Empty { .. })
+        ));
+    }
+
+    #[test]
+    fn builtin_prompts_cycle() {
+        let prompts = builtin_chat_prompts(BUILTIN_CHAT_PROMPTS.len() + 2);
+        assert_eq!(prompts.len(), BUILTIN_CHAT_PROMPTS.len() + 2);
+        assert_eq!(prompts[0], prompts[BUILTIN_CHAT_PROMPTS.len()]);
+    }
+}
