@@ -6,6 +6,18 @@
 //! snapshot.
 #![warn(missing_docs)]
 
+pub mod heads;
 pub mod paths;
 pub mod prompts;
 pub mod report;
+
+/// Initializes `tracing` output on stderr, `warn` unless `RUST_LOG` says otherwise.
+pub fn init_tracing() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+}

@@ -54,7 +54,7 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Train an EAGLE head for the default target by self-distillation.
+    /// Train an EAGLE head for the default target by self-distillation (not available yet).
     TrainEagle {
         /// Arguments passed to the trainer.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]

@@ -7,12 +7,11 @@ use anyhow::{bail, Context, Result};
 use aquila_engine::{
     EngineConfig, Llm, Prompt, RequestOutput, SamplingParams, SpeculativeConfig, SpeculativeMethod,
 };
-use aquila_examples::paths::{default_model_dir, workspace_root};
+use aquila_examples::heads;
+use aquila_examples::paths::default_model_dir;
 use aquila_examples::prompts::{builtin_chat_prompts, read_prompts_file};
 use aquila_examples::report::SpecDecodeReport;
 use aquila_metrics::MetricsServer;
-use aquila_model_loader::config::LlamaConfig;
-use aquila_model_loader::fixtures::eagle::{write_tiny_eagle1, TinyEagle1Options};
 use clap::{Parser, ValueEnum};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -77,14 +76,6 @@ enum Method {
     Ngram,
 }
 
-/// The head trained in-tree for SmolLM2 (`cargo xtask train-eagle`), when shipped.
-fn shipped_head_dir() -> PathBuf {
-    workspace_root()
-        .join("examples")
-        .join("heads")
-        .join("smollm2-135m-eagle1")
-}
-
 /// Picks the draft head, saying which one is used.
 fn resolve_draft(args: &Args, model_dir: &Path) -> Result<Option<PathBuf>> {
     if matches!(args.method, Method::Ngram) {
@@ -98,36 +89,20 @@ fn resolve_draft(args: &Args, model_dir: &Path) -> Result<Option<PathBuf>> {
     if matches!(args.method, Method::Eagle3) {
         bail!("--method eagle3 needs --draft DIR (no EAGLE-3 head is shipped)");
     }
-    let shipped = shipped_head_dir();
+    let shipped = heads::shipped_head_dir();
     if shipped.join("config.json").exists() {
         println!("draft: the shipped EAGLE-1 head {}", shipped.display());
         return Ok(Some(shipped));
     }
-    let random = workspace_root()
-        .join("models")
-        .join("untrained-eagle1-head");
-    write_untrained_eagle1(model_dir, &random)?;
+    let random = heads::untrained_head_dir();
+    heads::write_untrained_eagle1(model_dir, &random)?;
     println!(
         "draft: NO trained EAGLE head is shipped yet; using an UNTRAINED EAGLE-1 head with random \
          weights ({}). Output stays exact (verification is lossless) but acceptance is near zero. \
-         Train one with `cargo xtask train-eagle`.",
+         Pass a trained head with --draft DIR, or try --method ngram.",
         random.display()
     );
     Ok(Some(random))
-}
-
-/// Writes an EAGLE-1 head of random weights shaped for the target in `model_dir` (no fc bias).
-fn write_untrained_eagle1(model_dir: &Path, out: &Path) -> Result<()> {
-    let target = LlamaConfig::from_file(&model_dir.join("config.json"))?;
-    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    let options = TinyEagle1Options {
-        fc_bias: false,
-        bias_key: Some(false),
-        embed_tokens: false,
-        seed: 0,
-    };
-    write_tiny_eagle1(out, &target, &options)
-        .with_context(|| format!("writing an untrained EAGLE-1 head to {}", out.display()))
 }
 
 fn load_prompts(args: &Args) -> Result<Vec<Prompt>> {
@@ -174,12 +149,7 @@ fn timed_generate(
 }
 
 fn main() -> Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .init();
+    aquila_examples::init_tracing();
     let args = Args::parse();
     let model_dir = args.model.clone().unwrap_or_else(default_model_dir);
     if !model_dir.join("config.json").exists() {

@@ -108,12 +108,7 @@ impl<'a> From<&'a RequestOutput> for JsonOutput<'a> {
 }
 
 fn main() -> Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .init();
+    aquila_examples::init_tracing();
     let args = Args::parse();
     let prompts = load_prompts(&args)?;
     let params = sampling_params(&args);

@@ -1,0 +1,202 @@
+//! Speculative decoding on the CPU at temperature 0: baseline tokens/s, then n-gram and EAGLE
+//! drafting (tokens/s, mean acceptance length, speedup), and the cost of one verification step of
+//! k + 1 rows relative to a one-row decode step, which decides whether speculation can pay here.
+//!
+//! ```text
+//! cargo xtask bench spec [-- --draft DIR --k 3 --num-prompts 8 --max-tokens 64]
+//! ```
+
+use anyhow::{bail, Context, Result};
+use aquila_engine::{
+    EngineConfig, Llm, Prompt, SamplingParams, SpeculativeConfig, SpeculativeMethod,
+};
+use aquila_examples::heads;
+use aquila_examples::paths::default_model_dir;
+use aquila_examples::prompts::builtin_chat_prompts;
+use aquila_examples::report::SpecDecodeReport;
+use aquila_model_loader::model::{FeatureTap, ForwardBatch, LlamaModel, SequenceInput};
+use burn::backend::Flex;
+use clap::Parser;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Measures speculative decoding against plain decoding in the same run.
+#[derive(Parser, Debug)]
+#[command(name = "bench-spec", about)]
+struct Args {
+    /// Target model directory; defaults to the workspace's SmolLM2 import.
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// EAGLE-1 head; defaults to the shipped head, else an untrained one.
+    #[arg(long)]
+    draft: Option<PathBuf>,
+    /// Draft tokens per step.
+    #[arg(long, default_value_t = 3)]
+    k: usize,
+    /// Chat prompts (built-in set).
+    #[arg(long, default_value_t = 4)]
+    num_prompts: usize,
+    /// Output tokens per prompt.
+    #[arg(long, default_value_t = 48)]
+    max_tokens: usize,
+    /// Cached context length of the verification-cost measurement.
+    #[arg(long, default_value_t = 128)]
+    context: usize,
+    /// Timed repetitions of each forward in the verification-cost measurement.
+    #[arg(long, default_value_t = 10)]
+    repeats: usize,
+}
+
+/// One end-to-end configuration's result.
+struct Row {
+    name: String,
+    report: SpecDecodeReport,
+    token_ids: Vec<Vec<u32>>,
+}
+
+fn main() -> Result<()> {
+    aquila_examples::init_tracing();
+    let args = Args::parse();
+    if args.k == 0 || args.num_prompts == 0 || args.max_tokens == 0 || args.repeats == 0 {
+        bail!("--k, --num-prompts, --max-tokens and --repeats must be positive");
+    }
+    let model = args.model.clone().unwrap_or_else(default_model_dir);
+    let draft = match &args.draft {
+        Some(dir) => dir.clone(),
+        None if heads::shipped_head_dir().join("config.json").exists() => heads::shipped_head_dir(),
+        None => {
+            let dir = heads::untrained_head_dir();
+            heads::write_untrained_eagle1(&model, &dir)?;
+            eprintln!("note: no trained head given or shipped; EAGLE uses an untrained head");
+            dir
+        }
+    };
+
+    let (one_row, k_rows) = verification_cost(&model, &args)?;
+    let configs: [(String, Option<SpeculativeConfig>); 3] = [
+        ("baseline".to_string(), None),
+        (
+            format!("n-gram, k = {}", args.k),
+            Some(SpeculativeConfig::new(SpeculativeMethod::Ngram, args.k)),
+        ),
+        (
+            format!("EAGLE-1, k = {}", args.k),
+            Some(SpeculativeConfig {
+                draft_model: Some(draft.clone()),
+                ..SpeculativeConfig::new(SpeculativeMethod::Eagle, args.k)
+            }),
+        ),
+    ];
+    let progress = ProgressBar::new(configs.len() as u64);
+    progress.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let mut rows = Vec::new();
+    for (name, speculative) in configs {
+        progress.set_message(name.clone());
+        rows.push(run_config(&model, name, speculative, &args)?);
+        progress.inc(1);
+    }
+    progress.finish_and_clear();
+
+    println!(
+        "SmolLM2 on the CPU (f32), temperature 0, {} prompts x {} tokens; draft: {}",
+        args.num_prompts,
+        args.max_tokens,
+        draft.display()
+    );
+    println!(
+        "one decode step (1 row): {:.1} ms; verification of k + 1 = {} rows: {:.1} ms; ratio {:.2}",
+        ms(one_row),
+        args.k + 1,
+        ms(k_rows),
+        k_rows.as_secs_f64() / one_row.as_secs_f64()
+    );
+    let baseline = rows[0].report.output_tokens_per_second();
+    println!(
+        "{:<18} {:>10} {:>12} {:>9} {:>8}",
+        "configuration", "tokens/s", "mean accept", "speedup", "match"
+    );
+    for row in &rows {
+        let matching = row
+            .token_ids
+            .iter()
+            .zip(&rows[0].token_ids)
+            .filter(|(a, b)| a == b)
+            .count();
+        println!(
+            "{:<18} {:>10.1} {:>12.2} {:>8.2}x {:>5}/{}",
+            row.name,
+            row.report.output_tokens_per_second(),
+            row.report.summary.mean_acceptance_length(),
+            row.report.output_tokens_per_second() / baseline,
+            matching,
+            row.token_ids.len()
+        );
+    }
+    Ok(())
+}
+
+fn ms(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1e3
+}
+
+/// Generates the prompts once to warm up, then once timed.
+fn run_config(
+    model: &Path,
+    name: String,
+    speculative: Option<SpeculativeConfig>,
+    args: &Args,
+) -> Result<Row> {
+    let mut config = EngineConfig::new(model);
+    config.speculative = speculative;
+    let mut llm = Llm::new(config).with_context(|| format!("starting `{name}`"))?;
+    let prompts: Vec<Prompt> = builtin_chat_prompts(args.num_prompts);
+    let params = SamplingParams::greedy(args.max_tokens);
+    llm.generate(prompts[..1].to_vec(), &params)?;
+    let before = llm.get_metrics();
+    let start = Instant::now();
+    let outputs = llm.generate(prompts, &params)?;
+    let wall = start.elapsed();
+    let delta = llm.get_metrics().delta(&before)?;
+    Ok(Row {
+        name,
+        report: SpecDecodeReport::from_snapshot(&delta, llm.metrics_namespace(), wall),
+        token_ids: outputs.into_iter().map(|o| o.token_ids).collect(),
+    })
+}
+
+/// Median time of a forward of 1 row and of k + 1 rows over a cached context.
+fn verification_cost(model_dir: &Path, args: &Args) -> Result<(Duration, Duration)> {
+    let device = Default::default();
+    let model = LlamaModel::<Flex>::load(model_dir, &device)?;
+    let vocab = model.config().vocab_size as u32;
+    let context: Vec<u32> = (0..args.context as u32)
+        .map(|i| (i * 7919) % vocab)
+        .collect();
+    let mut cache = model.new_kv_cache(1);
+    let prefill = ForwardBatch::new(vec![SequenceInput::new(0, context, 0)]);
+    model.forward(&prefill, &mut cache, &FeatureTap::None)?;
+    let mut time_rows = |rows: usize| -> Result<Duration> {
+        let tokens: Vec<u32> = (0..rows as u32).map(|i| (i * 31 + 5) % vocab).collect();
+        let batch = ForwardBatch::new(vec![
+            SequenceInput::new(0, tokens, args.context).with_all_logits()
+        ]);
+        let mut times = Vec::with_capacity(args.repeats + 1);
+        for _ in 0..=args.repeats {
+            let start = Instant::now();
+            let out = model.forward(&batch, &mut cache, &FeatureTap::None)?;
+            let _ = out.logits.into_data();
+            times.push(start.elapsed());
+            cache.truncate(0, args.context);
+        }
+        times.remove(0);
+        times.sort();
+        Ok(times[times.len() / 2])
+    };
+    let one = time_rows(1)?;
+    let many = time_rows(args.k + 1)?;
+    Ok((one, many))
+}
