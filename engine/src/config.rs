@@ -163,7 +163,7 @@ impl SpeculativeConfig {
 /// Labels and naming of the engine's metrics.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MetricsConfig {
-    /// Prefix of every metric name (`aquila:` by default; `vllm:` for vLLM-compatible names).
+    /// Prefix of every metric name (`aquila_` by default; `vllm:` for vLLM-compatible names).
     pub namespace: aquila_metrics::Namespace,
     /// Value of the `model_name` label; defaults to the model directory's name.
     pub model_name: Option<String>,
