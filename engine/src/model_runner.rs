@@ -130,6 +130,7 @@ fn sequence_input(work: &ScheduledRequest) -> SequenceInput {
         positions: (work.start_position..work.start_position + len).collect(),
         logits_rows: (len - work.num_logits_rows()..len).collect(),
         mask: None,
+        history_mask: None,
     }
 }
 

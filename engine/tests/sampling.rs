@@ -79,6 +79,7 @@ fn next_token_logits(model_dir: &std::path::Path, prompt: &[u32]) -> Vec<f32> {
             positions: (0..prompt.len()).collect(),
             logits_rows: vec![prompt.len() - 1],
             mask: None,
+            history_mask: None,
         }],
     };
     let output = model.forward(&batch, &mut kv, &FeatureTap::None).unwrap();

@@ -6,10 +6,13 @@
 //! snapshot.
 #![warn(missing_docs)]
 
+pub mod distill;
 pub mod heads;
 pub mod paths;
 pub mod prompts;
 pub mod report;
+pub mod train_prompts;
+pub mod training;
 
 /// Initializes `tracing` output on stderr, `warn` unless `RUST_LOG` says otherwise.
 pub fn init_tracing() {

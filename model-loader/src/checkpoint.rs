@@ -1,17 +1,25 @@
 //! Safetensors checkpoints: [`Checkpoint`] maps one file or every shard named by a
 //! `model.safetensors.index.json`, converts `f32`/`f16`/`bf16` tensors to `f32` on read, and
 //! [`StrictReader`] takes tensors by name and shape with complete mismatch reports.
+//!
+//! Writing goes the other way: [`ExportedTensor`]s (values in Hugging Face layout, as module
+//! `export` methods return them) become [`NamedTensor`]s in a chosen [`FloatType`], which
+//! [`write_safetensors`] and [`write_sharded`] store in files that [`Checkpoint`] reads.
 
 mod convert;
 mod error;
+mod exported;
 mod index;
 mod shard;
 mod strict;
+mod writer;
 
 pub(crate) use convert::transpose;
-pub use error::{CheckpointError, MismatchReport, ShapeMismatch};
+pub use error::{CheckpointError, MismatchReport, ShapeMismatch, WriteError};
+pub use exported::{ExportedTensor, ExportedValues};
 pub use safetensors::Dtype;
 pub use strict::StrictReader;
+pub use writer::{write_json, write_safetensors, write_sharded, FloatType, NamedTensor};
 
 use index::ShardIndex;
 use shard::{Shard, TensorLocation};

@@ -104,6 +104,7 @@ fn tree_mask_equals_running_each_branch() {
         positions: paths.iter().map(|p| prompt.len() + p.len() - 1).collect(),
         logits_rows: (0..5).collect(),
         mask: Some(mask),
+        history_mask: None,
     };
     let (logits, _) = run(&model, &mut cache, vec![tree], &FeatureTap::None);
     for (row, path) in paths.iter().enumerate() {
@@ -135,4 +136,53 @@ fn explicit_causal_mask_equals_default() {
         FLOAT_NOISE,
         "explicit causal mask",
     );
+}
+
+#[test]
+fn history_mask_hides_cached_rows_like_an_in_batch_mask() {
+    let (_dir, model) = tiny_model(&TinyLlamaOptions::default());
+    let tokens = vec![5u32, 6, 7, 8];
+    // One pass: row 3 does not see row 1.
+    let mut mask: Vec<Vec<bool>> = (0..4).map(|r| (0..4).map(|c| c <= r).collect()).collect();
+    mask[3][1] = false;
+    let mut one_pass = model.new_kv_cache(1);
+    let all = SequenceInput::new(0, tokens.clone(), 0)
+        .with_all_logits()
+        .with_mask(mask);
+    let (expected, _) = run(&model, &mut one_pass, vec![all], &FeatureTap::None);
+
+    // Two passes: rows 0..3 cached, then row 3 with a history mask hiding cached row 1.
+    let mut cache = model.new_kv_cache(1);
+    run(
+        &model,
+        &mut cache,
+        vec![SequenceInput::new(0, tokens[..3].to_vec(), 0)],
+        &FeatureTap::None,
+    );
+    let last =
+        SequenceInput::new(0, vec![tokens[3]], 3).with_history_mask(vec![vec![true, false, true]]);
+    let (logits, _) = run(&model, &mut cache, vec![last.clone()], &FeatureTap::None);
+    assert_rows_close(&logits, &expected[3..], FLOAT_NOISE, "history mask");
+
+    // An all-visible history mask changes nothing; a mask of the wrong width is an error.
+    cache.truncate(0, 3);
+    let visible = SequenceInput::new(0, vec![tokens[3]], 3).with_history_mask(vec![vec![true; 3]]);
+    let (logits, _) = run(&model, &mut cache, vec![visible], &FeatureTap::None);
+    assert_rows_close(
+        &logits,
+        &full_logits(&model, &tokens)[3..],
+        FLOAT_NOISE,
+        "all visible",
+    );
+    cache.truncate(0, 2);
+    let mut cache_copy = cache;
+    let err = model
+        .forward(
+            &aquila_model_loader::model::ForwardBatch::new(vec![last]),
+            &mut cache_copy,
+            &FeatureTap::None,
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("history mask"), "{err}");
+    assert_eq!(cache_copy.len(0), 2, "a rejected batch changes nothing");
 }

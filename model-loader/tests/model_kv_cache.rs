@@ -126,6 +126,7 @@ fn gather_commits_an_accepted_tree_path() {
         positions: depth.iter().map(|d| 5 + d).collect(),
         logits_rows: vec![0, 1, 2, 3],
         mask: Some(mask),
+        history_mask: None,
     };
     run(&model, &mut cache, vec![verify], &FeatureTap::None);
     assert_eq!(cache.len(0), 9);

@@ -37,6 +37,8 @@ pub use tree::{DraftTree, TreeError};
 #[cfg(feature = "burn")]
 pub mod eagle;
 pub mod proposer;
+#[cfg(feature = "train")]
+pub mod train;
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]

@@ -115,6 +115,7 @@ fn head_forward(
         logits_rows: Vec::new(),
         tokens,
         mask: None,
+        history_mask: None,
     }]);
     head.forward(&fixture.target, &batch, hidden, &mut cache)
         .unwrap()

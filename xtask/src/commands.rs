@@ -93,11 +93,8 @@ pub fn bench(which: &str, args: &[String]) -> Result<()> {
     }
 }
 
-/// `cargo xtask train-eagle`: not built yet; says so instead of failing obscurely.
+/// `cargo xtask train-eagle`: self-distillation data, training and export of a draft head.
 pub fn train_eagle(args: &[String]) -> Result<()> {
-    bail!(
-        "train-eagle is not available yet: in-tree EAGLE head training has not been built \
-         (arguments given: {args:?}). Use `cargo xtask eagle -- --draft DIR` with a head of your \
-         own, or `--method ngram`."
-    )
+    ensure_default_model()?;
+    run_example("train-eagle", Profile::Dev, args)
 }

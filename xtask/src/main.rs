@@ -54,7 +54,8 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Train an EAGLE head for the default target by self-distillation (not available yet).
+    /// Train an EAGLE head for the default target by self-distillation (see
+    /// `cargo xtask train-eagle -- --help`).
     TrainEagle {
         /// Arguments passed to the trainer.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]

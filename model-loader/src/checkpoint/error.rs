@@ -1,7 +1,7 @@
 //! Errors of the checkpoint module.
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// A checkpoint could not be opened, or its tensors do not match what the model expects.
 ///
@@ -87,6 +87,64 @@ pub enum CheckpointError {
         /// The differences.
         report: MismatchReport,
     },
+}
+
+/// A checkpoint or JSON file could not be written. Every variant names the file (or, for a
+/// shard count, the directory).
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// A file or directory could not be created or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path involved.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// A tensor does not fit its dtype and shape, or serializing the file failed.
+    #[error("{path}: cannot write safetensors: {message}")]
+    Safetensors {
+        /// The file being written.
+        path: PathBuf,
+        /// What is wrong (naming the tensor where one is at fault).
+        message: String,
+    },
+    /// Two tensors of one checkpoint share a name.
+    #[error("{path}: two tensors are named `{name}`")]
+    DuplicateName {
+        /// The file (or index) being written.
+        path: PathBuf,
+        /// The repeated name.
+        name: String,
+    },
+    /// A sharded checkpoint was asked for a number of shards that the tensors cannot fill.
+    #[error("{dir}: cannot deal {tensors} tensors into {shards} shards")]
+    Shards {
+        /// The checkpoint directory.
+        dir: PathBuf,
+        /// The shard count asked for.
+        shards: usize,
+        /// The number of tensors.
+        tensors: usize,
+    },
+    /// A JSON value could not be serialized.
+    #[error("{path}: cannot write JSON: {message}")]
+    Json {
+        /// The file being written.
+        path: PathBuf,
+        /// What the serializer reported.
+        message: String,
+    },
+}
+
+impl WriteError {
+    /// A [`WriteError::Io`] error.
+    pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
+        Self::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
 }
 
 /// A tensor whose shape differs from the expected one.

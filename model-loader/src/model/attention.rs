@@ -4,6 +4,7 @@
 
 use super::weights::Projection;
 use super::{AttentionContext, KvCache, SplitLinear, WeightLoader, PARALLEL_WORK};
+use crate::checkpoint::ExportedTensor;
 use crate::config::LlamaConfig;
 use burn::module::Module;
 use burn::tensor::backend::Backend;
@@ -131,6 +132,19 @@ impl<B: Backend> Attention<B> {
             num_kv_heads: spec.num_kv_heads,
             head_dim: spec.head_dim,
         })
+    }
+
+    /// The weights as [`Attention::load`] reads them: `{prefix}.{q,k,v,o}_proj.weight`
+    /// (`[out, in]`) and their biases if the attention has them.
+    pub fn export(&self, prefix: &str) -> Vec<ExportedTensor> {
+        let (q, k, v) = (
+            format!("{prefix}.q_proj"),
+            format!("{prefix}.k_proj"),
+            format!("{prefix}.v_proj"),
+        );
+        let mut out = self.qkv.export_projections(&[&q, &k, &v]);
+        out.extend(self.o_proj.export_projection(&format!("{prefix}.o_proj")));
+        out
     }
 
     /// Attends the rows `x` (`[rows, input]`, the batch's sequences one after another) to

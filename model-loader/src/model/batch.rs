@@ -17,8 +17,12 @@ pub struct SequenceInput {
     /// Which new rows need logits (e.g. only the last one for a prefill).
     pub logits_rows: Vec<usize>,
     /// Optional `[n][n]` mask among the new rows (`true` = row may attend to column); `None`
-    /// is causal. Cached rows are always visible. Row `i` must see itself.
+    /// is causal. Row `i` must see itself.
     pub mask: Option<Vec<Vec<bool>>>,
+    /// Optional `[n][cached]` visibility of the slot's cached rows (`true` = row may attend to
+    /// that cached row); `None` shows every cached row to every new row. Training-time test
+    /// unrolling uses it to let a draft step see the committed prefix and its own chain only.
+    pub history_mask: Option<Vec<Vec<bool>>>,
 }
 
 impl SequenceInput {
@@ -31,6 +35,7 @@ impl SequenceInput {
             logits_rows: n.checked_sub(1).into_iter().collect(),
             tokens,
             mask: None,
+            history_mask: None,
         }
     }
 
@@ -50,6 +55,17 @@ impl SequenceInput {
     pub fn with_mask(mut self, mask: Vec<Vec<bool>>) -> Self {
         self.mask = Some(mask);
         self
+    }
+
+    /// Restricts which cached rows each new row sees (`[n][cached]`, `true` = visible).
+    pub fn with_history_mask(mut self, mask: Vec<Vec<bool>>) -> Self {
+        self.history_mask = Some(mask);
+        self
+    }
+
+    /// Whether new row `row` may attend to cached row `col`.
+    pub fn may_attend_cached(&self, row: usize, col: usize) -> bool {
+        self.history_mask.as_ref().is_none_or(|mask| mask[row][col])
     }
 
     /// Number of new rows.
@@ -108,7 +124,28 @@ impl SequenceInput {
                 }
             }
         }
+        if let Some(mask) = &self.history_mask {
+            if mask.len() != n {
+                return Err(ModelError::InvalidMask {
+                    sequence,
+                    message: format!("history mask has {} rows for {n} tokens", mask.len()),
+                });
+            }
+        }
         Ok(())
+    }
+
+    /// Checks the history mask against the slot's cached length.
+    pub(crate) fn check_history(&self, sequence: usize, cached: usize) -> Result<(), ModelError> {
+        match &self.history_mask {
+            Some(mask) if mask.iter().any(|row| row.len() != cached) => {
+                Err(ModelError::InvalidMask {
+                    sequence,
+                    message: format!("history mask rows must have {cached} columns (cached rows)"),
+                })
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Checks tokens against the vocabulary and positions against the context length.

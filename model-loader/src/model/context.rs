@@ -64,6 +64,9 @@ impl<B: Backend> AttentionContext<B> {
             .iter()
             .flat_map(|s| s.positions.iter().copied())
             .collect();
+        for (index, sequence) in batch.sequences.iter().enumerate() {
+            sequence.check_history(index, cache.len(sequence.slot))?;
+        }
         let mut start = 0;
         let spans = batch
             .sequences
@@ -71,12 +74,14 @@ impl<B: Backend> AttentionContext<B> {
             .map(|sequence| {
                 let len = sequence.len();
                 let cached = cache.len(sequence.slot);
-                let mask = (len > 1).then(|| {
+                let mask = (len > 1 || sequence.history_mask.is_some()).then(|| {
                     let columns = cached + len;
                     let mut masked = Vec::with_capacity(group_size * len * columns);
                     for _ in 0..group_size {
                         for row in 0..len {
-                            masked.extend(std::iter::repeat_n(false, cached));
+                            masked.extend(
+                                (0..cached).map(|col| !sequence.may_attend_cached(row, col)),
+                            );
                             masked.extend((0..len).map(|col| !sequence.may_attend(row, col)));
                         }
                     }

@@ -4,8 +4,9 @@
 
 use super::attention::{Attention, AttentionSpec};
 use super::mlp::{Mlp, MlpSpec};
-use super::rms_norm::{init_rms_norm, load_rms_norm, RmsNorm};
+use super::rms_norm::{export_rms_norm, init_rms_norm, load_rms_norm, RmsNorm};
 use super::{AttentionContext, KvCache, WeightLoader};
+use crate::checkpoint::ExportedTensor;
 use crate::config::LlamaConfig;
 use burn::module::Module;
 use burn::tensor::backend::Backend;
@@ -97,6 +98,32 @@ impl<B: Backend> DecoderLayer<B> {
             post_attention_norm: post_attention_norm?,
             mlp: mlp?,
         })
+    }
+
+    /// The weights as [`DecoderLayer::load`] reads them: `{prefix}.input_layernorm.weight`
+    /// (only if the layer has an input norm), `{prefix}.self_attn.*`,
+    /// `{prefix}.post_attention_layernorm.weight` and `{prefix}.mlp.*`.
+    pub fn export(&self, prefix: &str) -> Vec<ExportedTensor> {
+        let mut out = Vec::new();
+        if let Some(norm) = &self.input_norm {
+            out.push(export_rms_norm(
+                norm,
+                &format!("{prefix}.input_layernorm.weight"),
+            ));
+        }
+        out.extend(self.attention.export(&format!("{prefix}.self_attn")));
+        out.push(export_rms_norm(
+            &self.post_attention_norm,
+            &format!("{prefix}.post_attention_layernorm.weight"),
+        ));
+        out.extend(self.mlp.export(&format!("{prefix}.mlp")));
+        out
+    }
+
+    /// Whether the layer normalizes its input before attention (EAGLE-1's first layer does
+    /// not).
+    pub fn has_input_norm(&self) -> bool {
+        self.input_norm.is_some()
     }
 
     /// The attention block.

@@ -9,6 +9,8 @@
 //! different worker threads and every core streams its share; larger products run block after
 //! block, each parallel inside.
 
+use super::export::export_linear;
+use crate::checkpoint::ExportedTensor;
 use burn::module::{Module, Param};
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::backend::Backend;
@@ -89,6 +91,35 @@ impl<B: Backend> SplitLinear<B> {
     /// Number of column blocks.
     pub fn num_blocks(&self) -> usize {
         self.blocks.len()
+    }
+
+    /// The whole layer as one Hugging Face projection, whatever its column blocks:
+    /// `{prefix}.weight` (`[out, in]`, the blocks' columns in order) and, when any block has
+    /// a bias, `{prefix}.bias` (`[out]`; zeros for blocks without one).
+    pub fn export_projection(&self, prefix: &str) -> Vec<ExportedTensor> {
+        export_linear(&self.blocks, prefix)
+    }
+
+    /// A fused layer as one projection per block, in block order: `{prefixes[i]}.weight`
+    /// (`[width_i, in]`) and `{prefixes[i]}.bias` when block `i` has a bias. This is the
+    /// inverse of [`super::WeightLoader::projections`].
+    ///
+    /// # Panics
+    /// If `prefixes` does not name exactly one projection per block (a layer cut into column
+    /// blocks of one projection must be exported with [`SplitLinear::export_projection`]).
+    pub fn export_projections(&self, prefixes: &[&str]) -> Vec<ExportedTensor> {
+        assert_eq!(
+            prefixes.len(),
+            self.blocks.len(),
+            "export_projections: {} prefixes {prefixes:?} for a layer of {} column blocks",
+            prefixes.len(),
+            self.blocks.len()
+        );
+        self.blocks
+            .iter()
+            .zip(prefixes)
+            .flat_map(|(block, prefix)| export_linear(std::slice::from_ref(block), prefix))
+            .collect()
     }
 
     /// Each block's output `[rows, width_i]` for input `[rows, in]`, in block order.

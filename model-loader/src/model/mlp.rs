@@ -2,6 +2,7 @@
 
 use super::weights::Projection;
 use super::{SplitLinear, WeightLoader};
+use crate::checkpoint::ExportedTensor;
 use crate::config::LlamaConfig;
 use burn::module::Module;
 use burn::tensor::activation::silu;
@@ -77,6 +78,15 @@ impl<B: Backend> Mlp<B> {
             gate_up: gate_up?,
             down: down?,
         })
+    }
+
+    /// The weights as [`Mlp::load`] reads them: `{prefix}.{gate,up,down}_proj.weight`
+    /// (`[out, in]`) and their biases if the MLP has them.
+    pub fn export(&self, prefix: &str) -> Vec<ExportedTensor> {
+        let (gate, up) = (format!("{prefix}.gate_proj"), format!("{prefix}.up_proj"));
+        let mut out = self.gate_up.export_projections(&[&gate, &up]);
+        out.extend(self.down.export_projection(&format!("{prefix}.down_proj")));
+        out
     }
 
     /// `[rows, hidden]` -> `[rows, hidden]`.

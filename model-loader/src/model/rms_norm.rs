@@ -1,7 +1,9 @@
 //! RMSNorm as in Hugging Face Llama: `x / sqrt(mean(x^2) + eps) * weight`, over the last
 //! dimension. burn's [`burn::nn::RmsNorm`] computes exactly this; this module builds it.
 
+use super::export::export_tensor;
 use super::WeightLoader;
+use crate::checkpoint::ExportedTensor;
 use burn::module::Param;
 use burn::nn::RmsNormConfig;
 use burn::tensor::backend::Backend;
@@ -25,4 +27,10 @@ pub fn load_rms_norm<B: Backend>(
         gamma: Param::from_tensor(weight),
         epsilon: eps,
     })
+}
+
+/// An RMSNorm's weight (gamma) as the tensor `name` (`[dim]`), the inverse of
+/// [`load_rms_norm`].
+pub fn export_rms_norm<B: Backend>(norm: &RmsNorm<B>, name: &str) -> ExportedTensor {
+    export_tensor(name, norm.gamma.val())
 }

@@ -1,11 +1,11 @@
 //! The EAGLE-1 head: `fc` over `[token embedding, feature]`, then Llama decoder layers whose
 //! first has no input norm, and no final norm; the target's embeddings and lm_head are shared.
 
-use aquila_model_loader::checkpoint::Checkpoint;
-use aquila_model_loader::config::{Eagle1Config, LlamaConfig};
+use aquila_model_loader::checkpoint::{Checkpoint, ExportedTensor};
+use aquila_model_loader::config::{eagle1_config_json, Eagle1Config, LlamaConfig};
 use aquila_model_loader::model::{
-    AttentionContext, DecoderLayer, DecoderLayerSpec, KvCache, LlamaModel, LoadOptions, Rope,
-    SplitLinear, WeightLoader,
+    materialize, AttentionContext, DecoderLayer, DecoderLayerSpec, KvCache, LlamaModel,
+    LoadOptions, Rope, SplitLinear, WeightLoader,
 };
 use burn::module::Module;
 use burn::tensor::backend::Backend;
@@ -88,6 +88,60 @@ impl<B: Backend> Eagle1Head<B> {
             rope: Rope::new(&layer.rope, layer.head_dim),
             config: layer.clone(),
         })
+    }
+
+    /// A randomly initialized head (burn's default initializers; unit norms) with the
+    /// structure [`Eagle1Head::load`] builds: `fc` `[2H, H]` with a bias if `fc_bias`, and
+    /// `config.layer.num_hidden_layers` decoder layers whose first has no input norm. The head
+    /// is checked against the target like a loaded one, and an explicit `bias` in `config`
+    /// must agree with `fc_bias`.
+    pub fn init(
+        config: &Eagle1Config,
+        target: &LlamaConfig,
+        fc_bias: bool,
+        device: &B::Device,
+    ) -> Result<Self, EagleError> {
+        check_eagle1(config, target)?;
+        let fc_bias = config.resolve_fc_bias(fc_bias)?;
+        let layer = &config.layer;
+        let hidden = layer.hidden_size;
+        let spec = DecoderLayerSpec::from_config(layer);
+        let layers = (0..layer.num_hidden_layers)
+            .map(|i| {
+                let spec = if i == 0 {
+                    spec.without_input_norm()
+                } else {
+                    spec
+                };
+                DecoderLayer::init(&spec, device)
+            })
+            .collect();
+        Ok(materialize(Self {
+            fc: SplitLinear::init(2 * hidden, &[hidden], fc_bias, device),
+            layers,
+            fc_bias,
+            vocab_map: DraftVocabMap::identity(target.vocab_size),
+            rope: Rope::new(&layer.rope, layer.head_dim),
+            config: layer.clone(),
+        }))
+    }
+
+    /// The weights in the checkpoint layout [`Eagle1Head::load`] reads: `fc.weight`,
+    /// `fc.bias` (if any), and per layer `i` `layers.{i}.self_attn.{q,k,v,o}_proj.weight`,
+    /// `layers.{i}.input_layernorm.weight` (`i > 0`), `layers.{i}.post_attention_layernorm.weight`
+    /// and `layers.{i}.mlp.{gate,up,down}_proj.weight` (plus biases the config asks for).
+    pub fn export(&self) -> Vec<ExportedTensor> {
+        let mut out = self.fc.export_projection("fc");
+        for (i, layer) in self.layers.iter().enumerate() {
+            out.extend(layer.export(&format!("layers.{i}")));
+        }
+        out
+    }
+
+    /// The head's `config.json` (its decoder architecture and the `bias` key of `fc`), which
+    /// parses back to the same values.
+    pub fn config_json(&self) -> serde_json::Value {
+        eagle1_config_json(&self.config, self.fc_bias)
     }
 
     /// The head's decoder architecture (from its own `config.json`).

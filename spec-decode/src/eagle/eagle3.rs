@@ -2,11 +2,12 @@
 //! `midlayer` attending over `[input_layernorm(embedding), hidden_norm(hidden)]`, and its own
 //! norm and lm_head over a draft vocabulary mapped to target ids by `d2t`.
 
-use aquila_model_loader::checkpoint::Checkpoint;
-use aquila_model_loader::config::{Eagle3Config, LlamaConfig};
+use aquila_model_loader::checkpoint::{Checkpoint, ExportedTensor};
+use aquila_model_loader::config::{eagle3_config_json, Eagle3Config, LlamaConfig};
 use aquila_model_loader::model::{
-    load_rms_norm, Attention, AttentionContext, AttentionSpec, FeatureTap, KvCache, LlamaModel,
-    LoadOptions, Mlp, MlpSpec, RmsNorm, Rope, SplitLinear, WeightLoader,
+    export_rms_norm, export_tensor, init_rms_norm, load_rms_norm, materialize, Attention,
+    AttentionContext, AttentionSpec, FeatureTap, KvCache, LlamaModel, LoadOptions, Mlp, MlpSpec,
+    RmsNorm, Rope, SplitLinear, WeightLoader,
 };
 use burn::module::{Module, Param};
 use burn::nn::Embedding;
@@ -141,6 +142,127 @@ impl<B: Backend> Eagle3Head<B> {
         })
     }
 
+    /// A randomly initialized head (burn's default initializers; unit norms) with the
+    /// structure a trainer produces: `fc` over the auxiliary target features (none when the
+    /// config has `use_aux_hidden_state: false`), the midlayer with attention reading `2H`,
+    /// its norms, the final norm and an own lm_head of `config.draft_vocab_size` rows; no own
+    /// embedding (the target's is used, so the hidden sizes must agree). The head is checked
+    /// against the target like a loaded one; `vocab_map` must cover the target vocabulary
+    /// with `config.draft_vocab_size` draft rows (the identity for a full vocabulary).
+    pub fn init(
+        config: &Eagle3Config,
+        target: &LlamaConfig,
+        vocab_map: DraftVocabMap,
+        device: &B::Device,
+    ) -> Result<Self, EagleError> {
+        let feature_tap = check_eagle3(config, target)?;
+        let layer = &config.layer;
+        let hidden = layer.hidden_size;
+        require_equal(
+            "hidden_size (no embed_tokens.weight to embed with)",
+            hidden,
+            target.hidden_size,
+        )?;
+        let vocab_map = check_vocab_map(vocab_map, config, target)?;
+        let (fc, feature_width) = match &feature_tap {
+            FeatureTap::AuxLayers(ids) => {
+                let width = ids.len() * target.hidden_size;
+                (
+                    Some(SplitLinear::init(width, &[hidden], false, device)),
+                    width,
+                )
+            }
+            _ => (None, hidden),
+        };
+        let eps = layer.rms_norm_eps;
+        let attention = AttentionSpec::from_config(layer).with_input_size(2 * hidden);
+        Ok(materialize(Self {
+            fc,
+            hidden_norm: init_rms_norm(hidden, eps, device),
+            input_norm: init_rms_norm(hidden, eps, device),
+            attention: Attention::init(&attention, device),
+            post_attention_norm: init_rms_norm(hidden, eps, device),
+            mlp: Mlp::init(&MlpSpec::from_config(layer), device),
+            norm: init_rms_norm(hidden, eps, device),
+            lm_head: Some(SplitLinear::init(
+                hidden,
+                &[config.draft_vocab_size],
+                false,
+                device,
+            )),
+            embed_tokens: None,
+            vocab_map,
+            feature_tap,
+            feature_width,
+            norm_before_residual: config.norm_before_residual,
+            rope: Rope::new(&layer.rope, layer.head_dim),
+            config: layer.clone(),
+        }))
+    }
+
+    /// The weights in the checkpoint layout [`Eagle3Head::load`] reads: `fc.weight` (if the
+    /// head has `fc`), `midlayer.hidden_norm.weight`, `midlayer.input_layernorm.weight`,
+    /// `midlayer.self_attn.*`, `midlayer.post_attention_layernorm.weight`, `midlayer.mlp.*`,
+    /// `norm.weight`, `lm_head.weight` (if the head has its own), `embed_tokens.weight` (if
+    /// the head has its own), `d2t` (i64) and `t2d` (bool).
+    pub fn export(&self) -> Vec<ExportedTensor> {
+        let mut out = Vec::new();
+        if let Some(fc) = &self.fc {
+            out.extend(fc.export_projection("fc"));
+        }
+        out.push(export_rms_norm(
+            &self.hidden_norm,
+            "midlayer.hidden_norm.weight",
+        ));
+        out.push(export_rms_norm(
+            &self.input_norm,
+            "midlayer.input_layernorm.weight",
+        ));
+        out.extend(self.attention.export("midlayer.self_attn"));
+        out.push(export_rms_norm(
+            &self.post_attention_norm,
+            "midlayer.post_attention_layernorm.weight",
+        ));
+        out.extend(self.mlp.export("midlayer.mlp"));
+        out.push(export_rms_norm(&self.norm, "norm.weight"));
+        if let Some(lm_head) = &self.lm_head {
+            out.extend(lm_head.export_projection("lm_head"));
+        }
+        if let Some(table) = &self.embed_tokens {
+            out.push(export_tensor(EMBED_TOKENS, table.weight.val()));
+        }
+        let map = &self.vocab_map;
+        out.push(ExportedTensor::i64(
+            "d2t",
+            vec![map.draft_vocab_size()],
+            map.d2t(),
+        ));
+        out.push(ExportedTensor::bool(
+            "t2d",
+            vec![map.target_vocab_size()],
+            map.t2d(),
+        ));
+        out
+    }
+
+    /// The head's `config.json` (decoder architecture, draft vocabulary size, target feature
+    /// width, auxiliary layers, `norm_before_residual`), which parses back to the same values.
+    pub fn config_json(&self) -> serde_json::Value {
+        let (aux_layer_ids, target_hidden_size) = match &self.feature_tap {
+            FeatureTap::AuxLayers(ids) => {
+                (Some(ids.as_slice()), self.feature_width / ids.len().max(1))
+            }
+            _ => (None, self.feature_width),
+        };
+        eagle3_config_json(
+            &self.config,
+            self.vocab_map.draft_vocab_size(),
+            target_hidden_size,
+            aux_layer_ids,
+            self.norm_before_residual,
+        )
+    }
+
     /// The head's decoder architecture (from its own `config.json`).
     pub fn config(&self) -> &LlamaConfig {
         &self.config
@@ -242,6 +364,41 @@ impl<B: Backend> Eagle3Head<B> {
             Some(lm_head) => lm_head.forward(normed),
             None => target.lm_head(normed),
         }
+    }
+}
+
+/// Checks that `map` fits a head of `config` for `target` (one row per draft token, the
+/// target's vocabulary, every id in place when the draft vocabulary is the whole vocabulary)
+/// and returns it, as [`DraftVocabMap::identity`] for a full vocabulary (as loading does).
+fn check_vocab_map(
+    map: DraftVocabMap,
+    config: &Eagle3Config,
+    target: &LlamaConfig,
+) -> Result<DraftVocabMap, EagleError> {
+    if map.target_vocab_size() != target.vocab_size {
+        return Err(EagleError::VocabMap(format!(
+            "the map covers a target vocabulary of {}, but the target has {}",
+            map.target_vocab_size(),
+            target.vocab_size
+        )));
+    }
+    if map.draft_vocab_size() != config.draft_vocab_size {
+        return Err(EagleError::VocabMap(format!(
+            "the map has {} draft tokens, but draft_vocab_size is {}",
+            map.draft_vocab_size(),
+            config.draft_vocab_size
+        )));
+    }
+    if config.draft_vocab_size < target.vocab_size {
+        return Ok(map);
+    }
+    match (0..target.vocab_size as u32).find(|&id| map.to_target(id) != id) {
+        Some(id) => Err(EagleError::VocabMap(format!(
+            "a draft vocabulary of every target token must be the identity, but draft token {id} \
+             stands for target token {}",
+            map.to_target(id)
+        ))),
+        None => Ok(DraftVocabMap::identity(target.vocab_size)),
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use aquila_model_loader::checkpoint::Checkpoint;
+use aquila_model_loader::checkpoint::{Checkpoint, ExportedTensor, FloatType, WriteError};
 use aquila_model_loader::config::{EagleConfig, LlamaConfig};
 use aquila_model_loader::model::{
     AttentionContext, FeatureTap, ForwardBatch, KvCache, LlamaModel, LoadOptions, ModelError, Rope,
@@ -12,7 +12,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
 use super::compat::require_equal;
-use super::{DraftVocabMap, Eagle1Head, Eagle3Head, EagleError};
+use super::{write_head_dir, DraftVocabMap, Eagle1Head, Eagle3Head, EagleError, CONFIG_FILE_NAME};
 
 /// An EAGLE draft head of either generation.
 #[derive(Debug)]
@@ -39,7 +39,7 @@ impl<B: Backend> EagleHead<B> {
         device: &B::Device,
         options: &LoadOptions,
     ) -> Result<Self, EagleError> {
-        let config = EagleConfig::from_file(&dir.join("config.json"))?;
+        let config = EagleConfig::from_file(&dir.join(CONFIG_FILE_NAME))?;
         let checkpoint = Checkpoint::open(dir)?;
         Self::from_checkpoint(&config, &checkpoint, target, device, options)
     }
@@ -61,6 +61,30 @@ impl<B: Backend> EagleHead<B> {
                 config, checkpoint, target, device, options,
             )?)),
         })
+    }
+
+    /// The head's weights in its checkpoint layout (see [`Eagle1Head::export`] and
+    /// [`Eagle3Head::export`]).
+    pub fn export(&self) -> Vec<ExportedTensor> {
+        match self {
+            EagleHead::Eagle1(head) => head.export(),
+            EagleHead::Eagle3(head) => head.export(),
+        }
+    }
+
+    /// The head's `config.json` (see [`Eagle1Head::config_json`] and
+    /// [`Eagle3Head::config_json`]).
+    pub fn config_json(&self) -> serde_json::Value {
+        match self {
+            EagleHead::Eagle1(head) => head.config_json(),
+            EagleHead::Eagle3(head) => head.config_json(),
+        }
+    }
+
+    /// Writes the head as a head directory (see [`write_head_dir`]) with its weights stored as
+    /// `dtype`; [`EagleHead::load`] of `dir` gives the same head (up to `dtype` rounding).
+    pub fn save(&self, dir: &Path, dtype: FloatType) -> Result<(), WriteError> {
+        write_head_dir(dir, &self.config_json(), &self.export(), dtype)
     }
 
     /// The target features the head consumes; the engine taps them in every target forward.

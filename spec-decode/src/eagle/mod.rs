@@ -8,6 +8,10 @@
 //!   and lm_head over a draft vocabulary that [`DraftVocabMap`] (`d2t`) maps to target ids.
 //! * [`EagleHead`]: either, loaded from a head directory, with the batched draft forward.
 //!
+//! Heads can also be built randomly initialized (`init`, for training) and written back as
+//! head directories ([`write_head_dir`], `export`, `config_json`, [`EagleHead::save`]) that
+//! load into the same head.
+//!
 //! A head that does not fit its target (hidden size, vocabulary, auxiliary layers), a
 //! checkpoint with missing, misshapen or unexpected tensors, and an `fc` bias that contradicts
 //! the config are all rejected with an [`EagleError`] that names the problem.
@@ -16,11 +20,13 @@ mod compat;
 mod eagle1;
 mod eagle3;
 mod error;
+mod export;
 mod head;
 mod vocab_map;
 
 pub use eagle1::Eagle1Head;
 pub use eagle3::Eagle3Head;
 pub use error::EagleError;
+pub use export::{eagle1_config_json, eagle3_config_json, write_head_dir, CONFIG_FILE_NAME};
 pub use head::EagleHead;
 pub use vocab_map::DraftVocabMap;

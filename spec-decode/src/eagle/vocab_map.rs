@@ -99,6 +99,78 @@ impl DraftVocabMap {
         }
     }
 
+    /// The map of a draft vocabulary made of `target_ids` (draft row `i` stands for
+    /// `target_ids[i]`; a trainer keeps the most frequent target tokens, sorted). Every id must
+    /// be inside the target vocabulary and appear once. A list of every target id must be in
+    /// order and gives [`DraftVocabMap::identity`] (the only full-vocabulary mapping a
+    /// checkpoint may hold).
+    pub fn from_target_ids(
+        target_ids: &[u32],
+        target_vocab_size: usize,
+    ) -> Result<Self, EagleError> {
+        if target_ids.is_empty() {
+            return Err(EagleError::VocabMap(
+                "the draft vocabulary is empty".to_string(),
+            ));
+        }
+        let mut mapped = vec![false; target_vocab_size];
+        for (draft_id, &target) in target_ids.iter().enumerate() {
+            let Some(seen) = mapped.get_mut(target as usize) else {
+                return Err(EagleError::VocabMap(format!(
+                    "draft token {draft_id} stands for target token {target}, outside the target \
+                     vocabulary of {target_vocab_size}"
+                )));
+            };
+            if std::mem::replace(seen, true) {
+                return Err(EagleError::VocabMap(format!(
+                    "target token {target} is listed twice (the second time as draft token {draft_id})"
+                )));
+            }
+        }
+        if target_ids.len() < target_vocab_size {
+            return Ok(Self {
+                target_ids: Some(target_ids.to_vec()),
+                target_vocab_size,
+            });
+        }
+        match (0..target_vocab_size).find(|&i| target_ids[i] as usize != i) {
+            Some(draft_id) => Err(EagleError::VocabMap(format!(
+                "a draft vocabulary of every target token must keep their order, but draft token \
+                 {draft_id} stands for target token {}",
+                target_ids[draft_id]
+            ))),
+            None => Ok(Self::identity(target_vocab_size)),
+        }
+    }
+
+    /// The checkpoint offsets: `d2t[i] = target_id(i) - i`, one per draft row (all zero for
+    /// the identity). [`DraftVocabMap::from_checkpoint`] of them gives this map back.
+    pub fn d2t(&self) -> Vec<i64> {
+        match &self.target_ids {
+            Some(ids) => ids
+                .iter()
+                .enumerate()
+                .map(|(i, &target)| i64::from(target) - i as i64)
+                .collect(),
+            None => vec![0; self.target_vocab_size],
+        }
+    }
+
+    /// The checkpoint membership mask: `t2d[t]` says whether target token `t` has a draft row
+    /// (all true for the identity).
+    pub fn t2d(&self) -> Vec<bool> {
+        match &self.target_ids {
+            Some(ids) => {
+                let mut mapped = vec![false; self.target_vocab_size];
+                for &target in ids {
+                    mapped[target as usize] = true;
+                }
+                mapped
+            }
+            None => vec![true; self.target_vocab_size],
+        }
+    }
+
     /// Whether draft ids are target ids (no mapping applied).
     pub fn is_identity(&self) -> bool {
         self.target_ids.is_none()
@@ -202,6 +274,44 @@ mod tests {
         assert!(!DraftVocabMap::from_checkpoint(&[1, 2], None, 5)
             .unwrap()
             .is_identity());
+    }
+
+    #[test]
+    fn target_ids_build_the_map_and_its_checkpoint_buffers() {
+        let map = DraftVocabMap::from_target_ids(&[1, 4, 5], 8).unwrap();
+        assert_eq!(
+            map,
+            DraftVocabMap::from_offsets(&[1, 3, 3], None, 8).unwrap()
+        );
+        assert_eq!(map.d2t(), vec![1, 3, 3]);
+        let t2d = map.t2d();
+        assert_eq!(t2d, [false, true, false, false, true, true, false, false]);
+        assert_eq!(
+            DraftVocabMap::from_checkpoint(&map.d2t(), Some(&t2d), 8).unwrap(),
+            map
+        );
+
+        let full = DraftVocabMap::from_target_ids(&[0, 1, 2], 3).unwrap();
+        assert!(full.is_identity());
+        assert_eq!((full.d2t(), full.t2d()), (vec![0; 3], vec![true; 3]));
+        assert_eq!(
+            DraftVocabMap::from_checkpoint(&full.d2t(), Some(&full.t2d()), 3).unwrap(),
+            full
+        );
+    }
+
+    #[test]
+    fn bad_target_id_lists_are_rejected() {
+        for (ids, expected) in [
+            (&[][..], "empty"),
+            (&[1, 8][..], "target token 8, outside"),
+            (&[2, 5, 2][..], "target token 2 is listed twice"),
+        ] {
+            let err = DraftVocabMap::from_target_ids(ids, 8).unwrap_err();
+            assert!(err.to_string().contains(expected), "{err}");
+        }
+        let err = DraftVocabMap::from_target_ids(&[1, 0, 2], 3).unwrap_err();
+        assert!(err.to_string().contains("keep their order"), "{err}");
     }
 
     #[test]

@@ -186,6 +186,7 @@ impl<B: Backend> EagleProposer<B> {
                 positions: (request.first_new_position..request.tokens.len() - 1).collect(),
                 logits_rows: Vec::new(),
                 mask: None,
+                history_mask: None,
             })
             .collect();
         let feature_rows: Vec<usize> = requests

@@ -1,0 +1,217 @@
+//! Trains an EAGLE draft head for a target by self-distillation and exports it in the layout
+//! the loader (and public EAGLE heads) use.
+//!
+//! ```text
+//! cargo xtask train-eagle -- --method eagle --prompts 512 --epochs 4
+//! ```
+//!
+//! 1. The built-in training prompts are answered by the target with the engine (greedy).
+//! 2. One target forward per sequence records the features the head learns from.
+//! 3. The head trains with burn's autodiff on the CPU (`Autodiff<Flex>`), validating its
+//!    draft accuracy and simulated acceptance length on held-out sequences.
+//! 4. The head is exported (`config.json`, `model.safetensors`) with a `TRAINING.md` record.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use aquila_examples::distill::{build_distill_data, DistillSettings, GenerationSizes};
+use aquila_examples::heads::shipped_head_dir;
+use aquila_examples::paths::{default_model_dir, workspace_root};
+use aquila_examples::training::{
+    build_head, write_training_record, HeadMethod, ProgressObserver, TrainingRecord,
+};
+use aquila_model_loader::checkpoint::FloatType;
+use aquila_model_loader::config::LlamaConfig;
+use aquila_model_loader::model::LlamaModel;
+use aquila_spec_decode::eagle::EagleHead;
+use aquila_spec_decode::train::TrainConfig;
+use burn::backend::{Autodiff, Flex};
+use burn::module::Module;
+use burn::tensor::backend::Backend;
+use clap::{Parser, ValueEnum};
+
+type TrainBackend = Autodiff<Flex>;
+
+/// Storage type of the exported weights.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum ExportDtype {
+    F32,
+    F16,
+    Bf16,
+}
+
+/// Trains an EAGLE head by self-distillation from the target.
+#[derive(Parser, Debug)]
+#[command(name = "train-eagle", about)]
+struct Args {
+    /// EAGLE-1 (`eagle`: feature regression + token loss) or EAGLE-3 (`eagle3`).
+    #[arg(long, value_enum, default_value_t = HeadMethod::Eagle)]
+    method: HeadMethod,
+    /// Target model directory (defaults to the workspace's SmolLM2 import).
+    #[arg(long)]
+    target: Option<PathBuf>,
+    /// Where the trained head is written (defaults to the shipped head's directory).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Data and checkpoints (defaults to `models/eagle-train/<method>`); reruns resume there.
+    #[arg(long)]
+    work_dir: Option<PathBuf>,
+    /// Number of built-in training prompts.
+    #[arg(long, default_value_t = 512)]
+    prompts: usize,
+    /// Most response tokens per prompt.
+    #[arg(long, default_value_t = 128)]
+    max_tokens: usize,
+    /// Passes over the training data.
+    #[arg(long)]
+    epochs: Option<usize>,
+    /// Most tokens per batch.
+    #[arg(long)]
+    batch_tokens: Option<usize>,
+    /// Peak learning rate.
+    #[arg(long)]
+    lr: Option<f64>,
+    /// Draft steps unrolled in training (training-time test).
+    #[arg(long)]
+    unroll: Option<usize>,
+    /// Width of the uniform noise added to input features.
+    #[arg(long)]
+    noise: Option<f32>,
+    /// Weight of the token cross-entropy (EAGLE-1).
+    #[arg(long)]
+    token_weight: Option<f32>,
+    /// Draft vocabulary size (EAGLE-3).
+    #[arg(long, default_value_t = 8192)]
+    draft_vocab: usize,
+    /// Validate every this many steps.
+    #[arg(long)]
+    eval_every: Option<usize>,
+    /// Seed of prompts, initialization, batch order and noise.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Storage type of the exported head.
+    #[arg(long, value_enum, default_value_t = ExportDtype::F16)]
+    dtype: ExportDtype,
+    /// Requests decoded together while generating responses.
+    #[arg(long, default_value_t = 32)]
+    max_num_seqs: usize,
+}
+
+fn main() -> Result<()> {
+    aquila_examples::init_tracing();
+    let args = Args::parse();
+    let started = Instant::now();
+    let target_dir = args.target.clone().unwrap_or_else(default_model_dir);
+    let target_config = LlamaConfig::from_file(&target_dir.join("config.json"))
+        .context("the target model (run `cargo xtask import-model`)")?;
+    let method = args.method;
+    let work_dir = args.work_dir.clone().unwrap_or_else(|| {
+        workspace_root()
+            .join("models")
+            .join("eagle-train")
+            .join(method.name())
+    });
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| shipped_head_dir().with_file_name(method.default_head_name()));
+    let tap = method.feature_tap(&target_config);
+    let settings = DistillSettings {
+        num_prompts: args.prompts,
+        prompt_seed: args.seed,
+        max_tokens: args.max_tokens,
+        shard_size: 64,
+        tap: aquila_spec_decode::train::tap_name(&tap),
+    };
+    let sizes = GenerationSizes {
+        max_num_seqs: args.max_num_seqs,
+        record_batch_tokens: 1024,
+    };
+    let data = build_distill_data(&target_dir, &work_dir.join("data"), &tap, &settings, sizes)?;
+    println!(
+        "data: {} sequences, {} tokens ({} features)",
+        data.sequences().len(),
+        data.num_tokens(),
+        data.tap()
+    );
+
+    let config = training_config(&args);
+    let device = Default::default();
+    TrainBackend::seed(&device, args.seed);
+    let target = LlamaModel::<TrainBackend>::load(&target_dir, &device)?.no_grad();
+    let (train_set, _) = data.split(config.val_every);
+    let head = build_head::<TrainBackend>(
+        method,
+        &target_config,
+        &data,
+        &train_set,
+        args.draft_vocab,
+        &device,
+    )?;
+    let mut observer = ProgressObserver::new();
+    let checkpoints = work_dir.join("checkpoints");
+    let (trained, history) =
+        head.train(&target, &data, &config, Some(&checkpoints), &mut observer)?;
+    observer.finish();
+
+    let dtype = match args.dtype {
+        ExportDtype::F32 => FloatType::F32,
+        ExportDtype::F16 => FloatType::F16,
+        ExportDtype::Bf16 => FloatType::BF16,
+    };
+    trained.export(&out, dtype)?;
+    check_export(&out, &target_config)?;
+    let record = TrainingRecord {
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        method,
+        sequences: data.sequences().len(),
+        tokens: data.num_tokens(),
+        config,
+        history,
+        wall_seconds: started.elapsed().as_secs_f64(),
+    };
+    write_training_record(&out, &record)?;
+    println!("{}", record.summary());
+    println!("head written to {}", out.display());
+    Ok(())
+}
+
+/// The trainer settings: the method's defaults with the command line's overrides.
+fn training_config(args: &Args) -> TrainConfig {
+    let mut config = args.method.default_config();
+    config.seed = args.seed;
+    if let Some(v) = args.epochs {
+        config.epochs = v;
+    }
+    if let Some(v) = args.batch_tokens {
+        config.batch_tokens = v;
+    }
+    if let Some(v) = args.lr {
+        config.learning_rate = v;
+    }
+    if let Some(v) = args.unroll {
+        config.unroll = v;
+    }
+    if let Some(v) = args.noise {
+        config.noise = v;
+    }
+    if let Some(v) = args.eval_every {
+        config.eval_every = v;
+        config.checkpoint_every = v;
+    }
+    if let (Some(w), aquila_spec_decode::train::Objective::Eagle1 { token_weight, .. }) =
+        (args.token_weight, &mut config.objective)
+    {
+        *token_weight = w;
+    }
+    config
+}
+
+/// Loads the exported head back with the engine's loader, as `cargo xtask eagle` will.
+fn check_export(out: &Path, target: &LlamaConfig) -> Result<()> {
+    let head = EagleHead::<Flex>::load(out, target, &Default::default())
+        .with_context(|| format!("loading the exported head from {}", out.display()))?;
+    head.check_target(target)?;
+    Ok(())
+}

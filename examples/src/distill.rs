@@ -1,0 +1,140 @@
+//! Self-distillation data for training a draft head: the built-in training prompts answered by
+//! the target with the engine (greedy, batched), then replayed through the target once to
+//! record its features, in resumable safetensors shards.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use aquila_engine::{ChatMessage, EngineConfig, Llm, Prompt, SamplingParams};
+use aquila_model_loader::model::{FeatureTap, LlamaModel};
+use aquila_spec_decode::train::{
+    read_shards, record_shard, shard_path, tap_name, DistillData, DistillSequence,
+};
+use burn::backend::Flex;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::{Deserialize, Serialize};
+
+use crate::train_prompts::generate_training_prompts;
+
+/// How the data set is made; stored beside the shards so a resumed run cannot mix settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DistillSettings {
+    /// Number of built-in training prompts.
+    pub num_prompts: usize,
+    /// Seed of the prompt generator.
+    pub prompt_seed: u64,
+    /// Most response tokens per prompt.
+    pub max_tokens: usize,
+    /// Prompts per shard.
+    pub shard_size: usize,
+    /// The tapped features (`last_hidden`, `aux:...`).
+    pub tap: String,
+}
+
+/// Engine sizes used while generating responses.
+#[derive(Debug, Clone, Copy)]
+pub struct GenerationSizes {
+    /// Requests decoded together.
+    pub max_num_seqs: usize,
+    /// Most rows of one recording forward.
+    pub record_batch_tokens: usize,
+}
+
+/// The manifest file of a data directory.
+const MANIFEST: &str = "distill.json";
+
+/// Builds (or completes) the data set in `data_dir` for the target in `model_dir` and loads
+/// it. Shards already on disk are kept, so an interrupted run resumes.
+pub fn build_distill_data(
+    model_dir: &Path,
+    data_dir: &Path,
+    tap: &FeatureTap,
+    settings: &DistillSettings,
+    sizes: GenerationSizes,
+) -> Result<DistillData> {
+    if settings.shard_size == 0 || settings.num_prompts == 0 {
+        bail!("--prompts and the shard size must be positive");
+    }
+    if settings.tap != tap_name(tap) {
+        bail!(
+            "settings name tap {} but {} is recorded",
+            settings.tap,
+            tap_name(tap)
+        );
+    }
+    check_manifest(data_dir, settings)?;
+    let prompts = generate_training_prompts(settings.num_prompts, settings.prompt_seed)?;
+    let chunks: Vec<_> = prompts.chunks(settings.shard_size).collect();
+    let missing: Vec<usize> = (0..chunks.len())
+        .filter(|&i| !shard_path(data_dir, i).exists())
+        .collect();
+    if !missing.is_empty() {
+        let bar = ProgressBar::new(settings.num_prompts as u64).with_style(
+            ProgressStyle::with_template(
+                "distill [{bar:30}] {pos}/{len} prompts {elapsed_precise} (eta {eta}) {msg}",
+            )?
+            .progress_chars("=> "),
+        );
+        bar.set_position(((chunks.len() - missing.len()) * settings.shard_size) as u64);
+        let mut llm = Llm::new(EngineConfig {
+            max_num_seqs: sizes.max_num_seqs,
+            ..EngineConfig::new(model_dir)
+        })?;
+        let target = LlamaModel::<Flex>::load(model_dir, &Default::default())
+            .with_context(|| format!("loading {}", model_dir.display()))?;
+        let params = SamplingParams::greedy(settings.max_tokens);
+        for index in missing {
+            let chunk = chunks[index];
+            bar.set_message(format!("shard {index}: generating"));
+            let batch: Vec<Prompt> = chunk
+                .iter()
+                .map(|p| Prompt::Chat(vec![ChatMessage::new("user", p.text.as_str())]))
+                .collect();
+            let outputs = llm.generate(batch, &params)?;
+            let sequences: Vec<DistillSequence> = outputs
+                .iter()
+                .map(|out| DistillSequence {
+                    tokens: [out.prompt_token_ids.as_slice(), &out.token_ids].concat(),
+                    prompt_len: out.prompt_token_ids.len(),
+                })
+                .collect();
+            bar.set_message(format!("shard {index}: recording features"));
+            let shard = record_shard(&target, tap, &sequences, sizes.record_batch_tokens)?;
+            shard.write(&shard_path(data_dir, index))?;
+            bar.inc(chunk.len() as u64);
+        }
+        bar.finish_with_message("done");
+    }
+    let shards = read_shards(data_dir)?;
+    if shards.len() != chunks.len() {
+        bail!(
+            "{} holds {} shards, expected {}; remove the directory to rebuild it",
+            data_dir.display(),
+            shards.len(),
+            chunks.len()
+        );
+    }
+    Ok(DistillData::new(shards)?)
+}
+
+/// Writes the manifest of a new data directory, or checks an existing one's.
+fn check_manifest(data_dir: &Path, settings: &DistillSettings) -> Result<()> {
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("creating {}", data_dir.display()))?;
+    let path: PathBuf = data_dir.join(MANIFEST);
+    if path.exists() {
+        let text = std::fs::read_to_string(&path)?;
+        let existing: DistillSettings =
+            serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))?;
+        if &existing != settings {
+            bail!(
+                "{} was made with other settings ({existing:?}); use another --work-dir or \
+                 remove it",
+                data_dir.display()
+            );
+        }
+        return Ok(());
+    }
+    std::fs::write(&path, serde_json::to_string_pretty(settings)?)
+        .with_context(|| format!("writing {}", path.display()))
+}

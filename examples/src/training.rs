@@ -1,0 +1,321 @@
+//! The pieces of `train-eagle`: which head to train, building it for the target, following the
+//! run with progress bars, exporting the result and recording how it was made.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use aquila_model_loader::checkpoint::FloatType;
+use aquila_model_loader::config::{Eagle1Config, Eagle3Config, LlamaConfig};
+use aquila_model_loader::model::FeatureTap;
+use aquila_model_loader::model::LlamaModel;
+use aquila_spec_decode::eagle::{write_head_dir, DraftVocabMap, Eagle1Head, Eagle3Head};
+use aquila_spec_decode::train::{
+    train, DistillData, EvalPoint, SequenceRef, TrainConfig, TrainError, TrainHistory,
+    TrainObserver, TrainPoint,
+};
+use burn::tensor::backend::AutodiffBackend;
+use clap::ValueEnum;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+
+/// The kind of head to train.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+pub enum HeadMethod {
+    /// EAGLE-1: the target's last normed hidden state in, feature regression plus token loss.
+    Eagle,
+    /// EAGLE-3: three auxiliary target layers in, draft vocabulary, training-time test.
+    Eagle3,
+}
+
+impl HeadMethod {
+    /// Short name (`eagle`, `eagle3`).
+    pub fn name(self) -> &'static str {
+        match self {
+            HeadMethod::Eagle => "eagle",
+            HeadMethod::Eagle3 => "eagle3",
+        }
+    }
+
+    /// Directory name of the default head of this method for SmolLM2.
+    pub fn default_head_name(self) -> &'static str {
+        match self {
+            HeadMethod::Eagle => "smollm2-135m-eagle1",
+            HeadMethod::Eagle3 => "smollm2-135m-eagle3",
+        }
+    }
+
+    /// The target features the head consumes: the last hidden state, or the residual stream
+    /// entering layers `2`, `L / 2` and `L - 3` (the reference EAGLE-3 choice).
+    pub fn feature_tap(self, target: &LlamaConfig) -> FeatureTap {
+        match self {
+            HeadMethod::Eagle => FeatureTap::LastHidden,
+            HeadMethod::Eagle3 => {
+                let layers = target.num_hidden_layers;
+                let mut ids = vec![2.min(layers - 1), layers / 2, layers.saturating_sub(3)];
+                ids.sort_unstable();
+                ids.dedup();
+                FeatureTap::AuxLayers(ids)
+            }
+        }
+    }
+
+    /// The trainer defaults of the method.
+    pub fn default_config(self) -> TrainConfig {
+        match self {
+            HeadMethod::Eagle => TrainConfig::eagle1(),
+            HeadMethod::Eagle3 => TrainConfig::eagle3(),
+        }
+    }
+}
+
+/// A head being trained (or trained), of either method.
+#[derive(Debug)]
+pub enum DraftHead<B: AutodiffBackend> {
+    /// An EAGLE-1 head.
+    Eagle1(Eagle1Head<B>),
+    /// An EAGLE-3 head.
+    Eagle3(Eagle3Head<B>),
+}
+
+/// A randomly initialized head of `method` for `target`: one decoder layer shaped like the
+/// target's; for EAGLE-3 a draft vocabulary of the `draft_vocab` tokens the target emits most
+/// often in `train_set` (sorted by id).
+pub fn build_head<B: AutodiffBackend>(
+    method: HeadMethod,
+    target: &LlamaConfig,
+    data: &DistillData,
+    train_set: &[SequenceRef],
+    draft_vocab: usize,
+    device: &B::Device,
+) -> Result<DraftHead<B>> {
+    let layer = LlamaConfig {
+        num_hidden_layers: 1,
+        ..target.clone()
+    };
+    Ok(match method {
+        HeadMethod::Eagle => {
+            let config = Eagle1Config {
+                layer,
+                fc_bias: Some(true),
+                origin: Path::new("<train-eagle>").to_path_buf(),
+            };
+            DraftHead::Eagle1(Eagle1Head::init(&config, target, true, device)?)
+        }
+        HeadMethod::Eagle3 => {
+            let FeatureTap::AuxLayers(ids) = method.feature_tap(target) else {
+                unreachable!("EAGLE-3 taps auxiliary layers")
+            };
+            let counts = data.response_token_counts(train_set, target.vocab_size);
+            let kept = most_frequent(&counts, draft_vocab.min(target.vocab_size));
+            let config = Eagle3Config {
+                layer,
+                draft_vocab_size: kept.len(),
+                target_hidden_size: Some(target.hidden_size),
+                aux_layer_ids: Some(ids),
+                use_aux_hidden_state: true,
+                norm_before_residual: false,
+            };
+            let map = DraftVocabMap::from_target_ids(&kept, target.vocab_size)?;
+            DraftHead::Eagle3(Eagle3Head::init(&config, target, map, device)?)
+        }
+    })
+}
+
+/// The `count` ids with the highest counts (ties by id), sorted by id.
+fn most_frequent(counts: &[u64], count: usize) -> Vec<u32> {
+    let mut ids: Vec<u32> = (0..counts.len() as u32).collect();
+    ids.sort_by_key(|&id| (std::cmp::Reverse(counts[id as usize]), id));
+    ids.truncate(count);
+    ids.sort_unstable();
+    ids
+}
+
+impl<B: AutodiffBackend> DraftHead<B> {
+    /// Trains the head (see [`aquila_spec_decode::train::train`]).
+    pub fn train(
+        self,
+        target: &LlamaModel<B>,
+        data: &DistillData,
+        config: &TrainConfig,
+        checkpoint_dir: Option<&Path>,
+        observer: &mut dyn TrainObserver,
+    ) -> Result<(Self, TrainHistory), TrainError> {
+        Ok(match self {
+            DraftHead::Eagle1(head) => {
+                let (head, history) = train(head, target, data, config, checkpoint_dir, observer)?;
+                (DraftHead::Eagle1(head), history)
+            }
+            DraftHead::Eagle3(head) => {
+                let (head, history) = train(head, target, data, config, checkpoint_dir, observer)?;
+                (DraftHead::Eagle3(head), history)
+            }
+        })
+    }
+
+    /// Writes the head to `dir` (`config.json`, `model.safetensors` in `dtype`).
+    pub fn export(&self, dir: &Path, dtype: FloatType) -> Result<()> {
+        let (config, tensors) = match self {
+            DraftHead::Eagle1(head) => (head.config_json(), head.export()),
+            DraftHead::Eagle3(head) => (head.config_json(), head.export()),
+        };
+        write_head_dir(dir, &config, &tensors, dtype)
+            .with_context(|| format!("writing the head to {}", dir.display()))
+    }
+}
+
+/// Progress bars over the optimizer steps, with the latest loss and validation.
+pub struct ProgressObserver {
+    bar: ProgressBar,
+    last_eval: Option<EvalPoint>,
+}
+
+impl ProgressObserver {
+    /// A hidden bar until the run starts.
+    pub fn new() -> Self {
+        Self {
+            bar: ProgressBar::hidden(),
+            last_eval: None,
+        }
+    }
+
+    /// Finishes the bar.
+    pub fn finish(&self) {
+        self.bar.finish();
+    }
+}
+
+impl Default for ProgressObserver {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TrainObserver for ProgressObserver {
+    fn on_start(&mut self, total_steps: usize, start_step: usize) {
+        self.bar = ProgressBar::new(total_steps as u64).with_style(
+            ProgressStyle::with_template(
+                "train [{bar:30}] {pos}/{len} steps {elapsed_precise} (eta {eta}) {msg}",
+            )
+            .expect("a valid template")
+            .progress_chars("=> "),
+        );
+        self.bar.set_position(start_step as u64);
+    }
+
+    fn on_step(&mut self, point: &TrainPoint) {
+        self.bar.set_position(point.step as u64);
+        let eval = self.last_eval.as_ref().map_or(String::new(), |e| {
+            format!(
+                " | val acc {:.3} AL {:.2}",
+                e.accuracy.first().copied().unwrap_or(0.0),
+                e.acceptance_length
+            )
+        });
+        self.bar.set_message(format!(
+            "epoch {} loss {:.4} acc {:.3}{eval}",
+            point.epoch,
+            point.loss,
+            point.accuracy.first().copied().unwrap_or(0.0)
+        ));
+    }
+
+    fn on_eval(&mut self, point: &EvalPoint) {
+        self.bar.println(format!(
+            "step {:>5} tokens {:>8}: val loss {:.4}, top-1 accuracy per draft step {:?}, \
+             simulated acceptance length {:.3}",
+            point.step,
+            point.tokens_seen,
+            point.loss,
+            point
+                .accuracy
+                .iter()
+                .map(|a| format!("{a:.3}"))
+                .collect::<Vec<_>>(),
+            point.acceptance_length
+        ));
+        self.last_eval = Some(point.clone());
+    }
+}
+
+/// How a head was made: written beside it as `training.json` and summarized in `TRAINING.md`.
+#[derive(Debug, Serialize)]
+pub struct TrainingRecord {
+    /// The command line.
+    pub command: String,
+    /// The method.
+    pub method: HeadMethod,
+    /// Recorded sequences (training and validation).
+    pub sequences: usize,
+    /// Recorded tokens.
+    pub tokens: usize,
+    /// Trainer settings.
+    #[serde(skip)]
+    pub config: TrainConfig,
+    /// Losses and validations.
+    pub history: TrainHistory,
+    /// Wall time of the whole run (data, training, export).
+    pub wall_seconds: f64,
+}
+
+impl TrainingRecord {
+    /// A few lines: data size, epochs, final validation accuracy and acceptance.
+    pub fn summary(&self) -> String {
+        let last = self.history.evals.last();
+        let accuracy = last.map_or(String::from("n/a"), |e| {
+            e.accuracy
+                .iter()
+                .map(|a| format!("{a:.3}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        });
+        format!(
+            "method: {}\ndata: {} sequences, {} tokens (prompt + response)\nepochs: {}, \
+             optimizer steps: {}\nfinal validation top-1 accuracy per draft step: [{accuracy}]\n\
+             final simulated acceptance length (k = {}, T = 0): {}\nwall time: {:.0} s",
+            self.method.name(),
+            self.sequences,
+            self.tokens,
+            self.config.epochs,
+            self.history.train.len(),
+            self.config.eval_chain,
+            last.map_or("n/a".to_string(), |e| format!("{:.3}", e.acceptance_length)),
+            self.wall_seconds
+        )
+    }
+}
+
+/// Writes `training.json` and `TRAINING.md` into the head's directory.
+pub fn write_training_record(dir: &Path, record: &TrainingRecord) -> Result<()> {
+    let json = serde_json::to_string_pretty(&serde_json::json!({
+        "command": record.command,
+        "method": record.method,
+        "sequences": record.sequences,
+        "tokens": record.tokens,
+        "config": format!("{:?}", record.config),
+        "wall_seconds": record.wall_seconds,
+        "evals": record.history.evals,
+    }))?;
+    std::fs::write(dir.join("training.json"), json)?;
+    let mut curve = String::from("| step | training tokens | val loss | top-1 per step | AL |\n");
+    curve.push_str("|---:|---:|---:|---|---:|\n");
+    for e in &record.history.evals {
+        let acc: Vec<String> = e.accuracy.iter().map(|a| format!("{a:.3}")).collect();
+        curve.push_str(&format!(
+            "| {} | {} | {:.4} | {} | {:.3} |\n",
+            e.step,
+            e.tokens_seen,
+            e.loss,
+            acc.join(" / "),
+            e.acceptance_length
+        ));
+    }
+    let text = format!(
+        "# How this head was made\n\nCommand: `{}`\n\n```text\n{}\n```\n\nTrainer settings: \
+         `{:?}`\n\n## Validation curve (held-out sequences)\n\n{curve}",
+        record.command,
+        record.summary(),
+        record.config
+    );
+    std::fs::write(dir.join("TRAINING.md"), text)
+        .with_context(|| format!("writing {}", dir.join("TRAINING.md").display()))
+}

@@ -1,0 +1,210 @@
+//! [`DistillData`]: recorded shards as a training set: sequence references, a deterministic
+//! validation split, shuffled token-budget batches, and batch gathering.
+
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use super::{FeatureShard, TrainError};
+
+/// A sequence of the data set: `(shard, sequence within the shard)`.
+pub type SequenceRef = (usize, usize);
+
+/// The tensors of one batch, gathered from the shards (features widened to f32).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BatchData {
+    /// Each sequence's tokens and prompt length.
+    pub sequences: Vec<(Vec<u32>, usize)>,
+    /// `[tokens, width]` features of all sequences, concatenated.
+    pub features: Vec<f32>,
+    /// The target's greedy next token at every position.
+    pub argmax: Vec<u32>,
+    /// Feature width.
+    pub width: usize,
+}
+
+/// Recorded self-distillation data.
+#[derive(Debug, Clone)]
+pub struct DistillData {
+    shards: Vec<FeatureShard>,
+}
+
+impl DistillData {
+    /// The data of `shards` (at least one sequence, one tap and width).
+    pub fn new(shards: Vec<FeatureShard>) -> Result<Self, TrainError> {
+        if shards.iter().all(|s| s.num_sequences() == 0) {
+            return Err(TrainError::Data("no recorded sequence".into()));
+        }
+        let first = &shards[0];
+        if shards
+            .iter()
+            .any(|s| s.tap != first.tap || s.feature_width != first.feature_width)
+        {
+            return Err(TrainError::Data("shards of different taps".into()));
+        }
+        Ok(Self { shards })
+    }
+
+    /// The tap the features come from (`last_hidden`, `aux:...`).
+    pub fn tap(&self) -> &str {
+        &self.shards[0].tap
+    }
+
+    /// Width of a feature row.
+    pub fn feature_width(&self) -> usize {
+        self.shards[0].feature_width
+    }
+
+    /// Every sequence, in recording order.
+    pub fn sequences(&self) -> Vec<SequenceRef> {
+        self.shards
+            .iter()
+            .enumerate()
+            .flat_map(|(i, s)| (0..s.num_sequences()).map(move |j| (i, j)))
+            .collect()
+    }
+
+    /// Tokens of all sequences.
+    pub fn num_tokens(&self) -> usize {
+        self.shards.iter().map(FeatureShard::num_tokens).sum()
+    }
+
+    /// Length of sequence `r`.
+    pub fn len_of(&self, r: SequenceRef) -> usize {
+        self.shards[r.0].span(r.1).len()
+    }
+
+    /// Splits the sequences into training and validation: every `val_every`-th sequence
+    /// (starting with the first) is held out; `val_every = 0` holds out none.
+    pub fn split(&self, val_every: usize) -> (Vec<SequenceRef>, Vec<SequenceRef>) {
+        let all = self.sequences();
+        if val_every == 0 {
+            return (all, Vec::new());
+        }
+        let (val, train): (Vec<_>, Vec<_>) = all
+            .into_iter()
+            .enumerate()
+            .partition(|(i, _)| i % val_every == 0);
+        (
+            train.into_iter().map(|(_, r)| r).collect(),
+            val.into_iter().map(|(_, r)| r).collect(),
+        )
+    }
+
+    /// Batches of at most `max_tokens` tokens (a longer sequence forms a batch alone), the
+    /// sequences shuffled with `seed` first (`None` keeps their order).
+    pub fn batches(
+        &self,
+        sequences: &[SequenceRef],
+        max_tokens: usize,
+        seed: Option<u64>,
+    ) -> Vec<Vec<SequenceRef>> {
+        let mut order = sequences.to_vec();
+        if let Some(seed) = seed {
+            order.shuffle(&mut ChaCha8Rng::seed_from_u64(seed));
+        }
+        let mut batches = Vec::new();
+        let mut current: Vec<SequenceRef> = Vec::new();
+        let mut tokens = 0;
+        for r in order {
+            let n = self.len_of(r);
+            if !current.is_empty() && tokens + n > max_tokens {
+                batches.push(std::mem::take(&mut current));
+                tokens = 0;
+            }
+            current.push(r);
+            tokens += n;
+        }
+        if !current.is_empty() {
+            batches.push(current);
+        }
+        batches
+    }
+
+    /// Gathers the tokens, features and argmax of `batch`.
+    pub fn gather(&self, batch: &[SequenceRef]) -> BatchData {
+        let width = self.feature_width();
+        let mut data = BatchData {
+            sequences: Vec::with_capacity(batch.len()),
+            features: Vec::new(),
+            argmax: Vec::new(),
+            width,
+        };
+        for &(shard, index) in batch {
+            let shard = &self.shards[shard];
+            let span = shard.span(index);
+            data.sequences.push((
+                shard.tokens[span.clone()].to_vec(),
+                shard.prompt_lens[index],
+            ));
+            data.features.extend(
+                shard.features[span.start * width..span.end * width]
+                    .iter()
+                    .map(|v| v.to_f32()),
+            );
+            data.argmax.extend_from_slice(&shard.argmax[span]);
+        }
+        data
+    }
+
+    /// How often each target token is the greedy next token at a response position (the
+    /// positions a draft predicts), over `sequences`.
+    pub fn response_token_counts(&self, sequences: &[SequenceRef], vocab_size: usize) -> Vec<u64> {
+        let mut counts = vec![0u64; vocab_size];
+        for &(shard, index) in sequences {
+            let shard = &self.shards[shard];
+            let span = shard.span(index);
+            let first = span.start + shard.prompt_lens[index].saturating_sub(1);
+            for &token in &shard.argmax[first..span.end] {
+                if let Some(count) = counts.get_mut(token as usize) {
+                    *count += 1;
+                }
+            }
+        }
+        counts
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::train::DistillSequence;
+
+    fn data() -> DistillData {
+        let mut shard = FeatureShard::new(1, "last_hidden");
+        for n in [3usize, 4, 2, 5] {
+            let tokens: Vec<u32> = (0..n as u32).collect();
+            let features: Vec<f32> = (0..n).map(|i| i as f32).collect();
+            let argmax: Vec<u32> = (1..=n as u32).collect();
+            shard
+                .push(
+                    &DistillSequence {
+                        tokens,
+                        prompt_len: 1,
+                    },
+                    &features,
+                    &argmax,
+                )
+                .unwrap();
+        }
+        DistillData::new(vec![shard]).unwrap()
+    }
+
+    #[test]
+    fn splits_batches_and_gathers() {
+        let data = data();
+        let (train, val) = data.split(2);
+        assert_eq!(val, vec![(0, 0), (0, 2)]);
+        assert_eq!(train, vec![(0, 1), (0, 3)]);
+        let batches = data.batches(&data.sequences(), 7, None);
+        assert_eq!(batches, vec![vec![(0, 0), (0, 1)], vec![(0, 2), (0, 3)]]);
+        let shuffled = data.batches(&data.sequences(), 7, Some(3));
+        assert_eq!(shuffled, data.batches(&data.sequences(), 7, Some(3)));
+        let gathered = data.gather(&[(0, 2), (0, 0)]);
+        assert_eq!(gathered.sequences[0], (vec![0, 1], 1));
+        assert_eq!(gathered.features, vec![0.0, 1.0, 0.0, 1.0, 2.0]);
+        assert_eq!(gathered.argmax, vec![1, 2, 1, 2, 3]);
+        let counts = data.response_token_counts(&[(0, 0)], 8);
+        assert_eq!(counts[1..4], [1, 1, 1]);
+    }
+}

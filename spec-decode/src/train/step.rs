@@ -1,0 +1,209 @@
+//! One batch through an unrolled draft chain: the differentiable loss and the accuracy of
+//! every draft step.
+
+use std::collections::HashMap;
+
+use aquila_model_loader::model::{ForwardBatch, LlamaModel};
+use burn::tensor::backend::Backend;
+use burn::tensor::{Int, Tensor, TensorData};
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+
+use super::objective::{
+    hard_cross_entropy, smooth_l1, soft_cross_entropy, target_distribution, Objective,
+};
+use super::unroll::{plan_batch, PlannedSequence};
+use super::{BatchData, TrainError};
+use crate::eagle::EagleHead;
+
+/// How a batch is run.
+#[derive(Debug)]
+pub struct StepOptions<'a> {
+    /// Draft steps to unroll (1 = step 0 only).
+    pub unroll: usize,
+    /// Loss weight of step `j` is `unroll_decay^j`.
+    pub unroll_decay: f32,
+    /// The loss.
+    pub objective: Objective,
+    /// Uniform noise of this total width added to step-0 input features, and its RNG.
+    pub noise: Option<(f32, &'a mut ChaCha8Rng)>,
+    /// Draft-vocabulary index of every target token (`None` outside the draft vocabulary).
+    pub target_to_draft: &'a [Option<u32>],
+}
+
+/// What a batch measured.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BatchStats {
+    /// Per draft step: rows with a loss.
+    pub rows: Vec<usize>,
+    /// Per draft step: rows whose draft argmax equals the target's greedy token.
+    pub correct: Vec<usize>,
+    /// For every chain that ran all unrolled steps: how many leading steps were correct.
+    pub chain_accepted: Vec<usize>,
+}
+
+impl BatchStats {
+    /// Adds `other`'s counts.
+    pub fn merge(&mut self, other: &BatchStats) {
+        for (mine, theirs) in [
+            (&mut self.rows, &other.rows),
+            (&mut self.correct, &other.correct),
+        ] {
+            if mine.len() < theirs.len() {
+                mine.resize(theirs.len(), 0);
+            }
+            mine.iter_mut().zip(theirs).for_each(|(a, b)| *a += b);
+        }
+        self.chain_accepted.extend_from_slice(&other.chain_accepted);
+    }
+
+    /// Top-1 accuracy of each draft step.
+    pub fn accuracy(&self) -> Vec<f64> {
+        self.rows
+            .iter()
+            .zip(&self.correct)
+            .map(|(&rows, &correct)| correct as f64 / rows.max(1) as f64)
+            .collect()
+    }
+
+    /// Mean acceptance length of greedy chains of the unrolled length at temperature 0
+    /// (`1 + mean leading correct steps`, the bonus token counted).
+    pub fn simulated_acceptance_length(&self) -> f64 {
+        let n = self.chain_accepted.len().max(1) as f64;
+        1.0 + self.chain_accepted.iter().sum::<usize>() as f64 / n
+    }
+}
+
+/// Runs `data` through `head` for `options.unroll` draft steps; returns the weighted loss and
+/// the batch's accuracy counts.
+pub fn run_batch<B: Backend>(
+    head: &EagleHead<B>,
+    target: &LlamaModel<B>,
+    data: &BatchData,
+    options: StepOptions<'_>,
+) -> Result<(Tensor<B, 1>, BatchStats), TrainError> {
+    let device = target.device();
+    let planned: Vec<PlannedSequence<'_>> = data
+        .sequences
+        .iter()
+        .map(|(tokens, prompt_len)| PlannedSequence {
+            tokens,
+            prompt_len: *prompt_len,
+        })
+        .collect();
+    let plan = plan_batch(&planned, options.unroll);
+    let width = data.width;
+
+    let mut inputs = gather_rows(&data.features, width, &plan.input_features);
+    if let Some((amplitude, rng)) = options.noise {
+        inputs
+            .iter_mut()
+            .for_each(|v| *v += (rng.random::<f32>() - 0.5) * amplitude);
+    }
+    let rows = plan.input_features.len();
+    let features = Tensor::<B, 2>::from_data(TensorData::new(inputs, [rows, width]), &device);
+    let mut hidden = head.project(features);
+    let mut cache = head.new_kv_cache(data.sequences.len());
+    let mut loss = Tensor::<B, 1>::zeros([1], &device);
+    let mut stats = BatchStats::default();
+    let mut chains: HashMap<(usize, usize), Vec<bool>> = HashMap::new();
+    let mut weight = 1.0f32;
+
+    for (index, step) in plan.steps.iter().enumerate() {
+        if index > 0 {
+            hidden = hidden.select(0, int_tensor(&step.carry_rows, &device));
+            weight *= options.unroll_decay;
+        }
+        let batch = ForwardBatch::new(step.sequences.clone());
+        hidden = head.forward(target, &batch, hidden, &mut cache)?;
+        if step.loss_rows.is_empty() {
+            stats.rows.push(0);
+            stats.correct.push(0);
+            continue;
+        }
+        let picked = hidden
+            .clone()
+            .select(0, int_tensor(&step.loss_rows, &device));
+        let logits = head.logits(target, picked.clone());
+        let labels: Vec<u32> = step.targets.iter().map(|&t| data.argmax[t]).collect();
+        let correct = draft_matches(head, logits.clone(), &labels)?;
+        stats.rows.push(labels.len());
+        stats.correct.push(correct.iter().filter(|&&c| c).count());
+        for (&chain, &ok) in step.chains.iter().zip(&correct) {
+            chains.entry(chain).or_default().push(ok);
+        }
+        let step_loss = match options.objective {
+            Objective::Eagle1 {
+                feature_weight,
+                token_weight,
+            } => {
+                let wanted = gather_rows(&data.features, width, &step.targets);
+                let wanted = Tensor::<B, 2>::from_data(
+                    TensorData::new(wanted, [step.targets.len(), width]),
+                    &device,
+                );
+                let probs = target_distribution(target.lm_head(wanted.clone()));
+                smooth_l1(picked, wanted).mul_scalar(feature_weight)
+                    + soft_cross_entropy(logits, probs).mul_scalar(token_weight)
+            }
+            Objective::Eagle3 => {
+                let (keep, classes): (Vec<usize>, Vec<i64>) = labels
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(row, &label)| {
+                        options.target_to_draft[label as usize].map(|d| (row, i64::from(d)))
+                    })
+                    .unzip();
+                if keep.is_empty() {
+                    continue;
+                }
+                let classes =
+                    Tensor::<B, 1, Int>::from_data(TensorData::new(classes, [keep.len()]), &device);
+                hard_cross_entropy(logits.select(0, int_tensor(&keep, &device)), classes)
+            }
+        };
+        loss = loss + step_loss.mul_scalar(weight);
+    }
+    let steps = plan.steps.len();
+    stats.chain_accepted = chains
+        .into_values()
+        .filter(|c| c.len() == steps && steps == options.unroll)
+        .map(|c| c.iter().take_while(|&&ok| ok).count())
+        .collect();
+    Ok((loss, stats))
+}
+
+/// Whether each row's draft argmax, mapped to a target id, equals its label.
+fn draft_matches<B: Backend>(
+    head: &EagleHead<B>,
+    logits: Tensor<B, 2>,
+    labels: &[u32],
+) -> Result<Vec<bool>, TrainError> {
+    let picks: Vec<i64> = logits
+        .detach()
+        .argmax(1)
+        .into_data()
+        .convert::<i64>()
+        .to_vec()
+        .map_err(|e| TrainError::Data(format!("{e:?}")))?;
+    let map = head.vocab_map();
+    Ok(picks
+        .iter()
+        .zip(labels)
+        .map(|(&pick, &label)| map.to_target(pick as u32) == label)
+        .collect())
+}
+
+/// Rows `indices` of a row-major `[_, width]` buffer.
+fn gather_rows(values: &[f32], width: usize, indices: &[usize]) -> Vec<f32> {
+    indices
+        .iter()
+        .flat_map(|&i| values[i * width..(i + 1) * width].iter().copied())
+        .collect()
+}
+
+/// A 1-D integer tensor of row indices.
+fn int_tensor<B: Backend>(indices: &[usize], device: &B::Device) -> Tensor<B, 1, Int> {
+    let values: Vec<i64> = indices.iter().map(|&i| i as i64).collect();
+    Tensor::from_data(TensorData::new(values, [indices.len()]), device)
+}

@@ -1,0 +1,235 @@
+//! [`train`]: the optimization loop: shuffled token-budget batches, AdamW with warm-up and
+//! cosine decay, per-parameter gradient clipping, periodic validation of draft accuracy and
+//! simulated acceptance, checkpoints and resume.
+
+use std::path::Path;
+
+use aquila_model_loader::model::LlamaModel;
+use burn::grad_clipping::GradientClippingConfig;
+use burn::module::{AutodiffModule, Module};
+use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::ElementConversion;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use super::checkpoint::TrainCheckpoint;
+use super::schedule::WarmupCosine;
+use super::step::{run_batch, BatchStats, StepOptions};
+use super::{
+    DistillData, EvalPoint, SequenceRef, TrainConfig, TrainError, TrainHistory, TrainObserver,
+    TrainPoint,
+};
+use crate::eagle::{Eagle1Head, Eagle3Head, EagleHead};
+
+/// A trainable draft head: a burn module that drafts as an [`EagleHead`].
+pub trait DraftHeadModule<B: Backend>: Module<B> + Clone {
+    /// The head as an [`EagleHead`] (a cheap clone sharing the weights).
+    fn to_eagle_head(&self) -> EagleHead<B>;
+}
+
+impl<B: Backend> DraftHeadModule<B> for Eagle1Head<B> {
+    fn to_eagle_head(&self) -> EagleHead<B> {
+        EagleHead::Eagle1(Box::new(self.clone()))
+    }
+}
+
+impl<B: Backend> DraftHeadModule<B> for Eagle3Head<B> {
+    fn to_eagle_head(&self) -> EagleHead<B> {
+        EagleHead::Eagle3(Box::new(self.clone()))
+    }
+}
+
+/// Trains `head` on `data` against `target` (whose weights must not require gradients: load
+/// it and call `no_grad()`). With `checkpoint_dir`, state is saved there periodically and a
+/// run finding a checkpoint resumes from it (same config and data assumed). Returns the
+/// trained head and the full history.
+pub fn train<B, H>(
+    head: H,
+    target: &LlamaModel<B>,
+    data: &DistillData,
+    config: &TrainConfig,
+    checkpoint_dir: Option<&Path>,
+    observer: &mut dyn TrainObserver,
+) -> Result<(H, TrainHistory), TrainError>
+where
+    B: AutodiffBackend,
+    H: AutodiffModule<B> + DraftHeadModule<B>,
+    H::InnerModule: DraftHeadModule<B::InnerBackend>,
+{
+    config.validate()?;
+    let (train_set, val_set) = data.split(config.val_every);
+    if train_set.is_empty() {
+        return Err(TrainError::Data(
+            "no training sequence after the split".into(),
+        ));
+    }
+    let schedule_batches: Vec<Vec<SequenceRef>> = (0..config.epochs)
+        .flat_map(|epoch| {
+            data.batches(
+                &train_set,
+                config.batch_tokens,
+                Some(config.seed.wrapping_add(epoch as u64)),
+            )
+        })
+        .collect();
+    let batches_per_epoch = schedule_batches.len() / config.epochs;
+    let total_steps = schedule_batches.len();
+    let schedule = WarmupCosine {
+        peak: config.learning_rate,
+        warmup_steps: ((total_steps as f64 * config.warmup_fraction) as usize).max(1),
+        total_steps,
+        min_ratio: config.min_lr_ratio,
+    };
+    let mut optimizer = AdamWConfig::new()
+        .with_epsilon(1e-8)
+        .with_weight_decay(config.weight_decay)
+        .with_grad_clipping(Some(GradientClippingConfig::Norm(config.grad_clip)))
+        .init::<B, H>();
+    let vocab_size = target.config().vocab_size;
+    let target_to_draft = target_to_draft(&head.to_eagle_head(), vocab_size);
+    let target_inner = target.valid();
+
+    let run = run_fingerprint(config, &schedule_batches);
+    let mut head = head;
+    let mut history = TrainHistory::default();
+    let mut start = 0;
+    if let Some(dir) = checkpoint_dir {
+        if let Some(saved) =
+            TrainCheckpoint::<B, H>::load(dir, &run, head.clone(), optimizer.clone())?
+        {
+            (head, optimizer, history) = (saved.head, saved.optimizer, saved.history);
+            start = history.train.last().map_or(0, |p| p.step);
+            tracing::info!(step = start, "resuming training from {}", dir.display());
+        }
+    }
+    observer.on_start(total_steps, start);
+    let mut tokens_seen = history.train.last().map_or(0, |p| p.tokens_seen);
+
+    let stop = config.stop_after.unwrap_or(total_steps).min(total_steps);
+    for (index, batch) in schedule_batches.iter().enumerate().take(stop).skip(start) {
+        let step = index + 1;
+        let lr = schedule.lr(index);
+        let gathered = data.gather(batch);
+        let mut noise_rng = ChaCha8Rng::seed_from_u64(config.seed ^ (step as u64).rotate_left(32));
+        let options = StepOptions {
+            unroll: config.unroll,
+            unroll_decay: config.unroll_decay,
+            objective: config.objective,
+            noise: (config.noise > 0.0).then_some((config.noise, &mut noise_rng)),
+            target_to_draft: &target_to_draft,
+        };
+        let (loss, stats) = run_batch(&head.to_eagle_head(), target, &gathered, options)?;
+        let loss_value: f32 = loss.clone().into_scalar().elem();
+        if !loss_value.is_finite() {
+            return Err(TrainError::Diverged { step });
+        }
+        let grads = GradientsParams::from_grads(loss.backward(), &head);
+        head = optimizer.step(lr, head, grads);
+        tokens_seen += gathered.argmax.len() as u64;
+        let point = TrainPoint {
+            step,
+            epoch: index / batches_per_epoch.max(1),
+            tokens_seen,
+            loss: loss_value,
+            lr,
+            accuracy: stats.accuracy(),
+        };
+        observer.on_step(&point);
+        history.train.push(point);
+
+        let last = step == stop;
+        if !val_set.is_empty() && (step % config.eval_every == 0 || last) {
+            let eval = evaluate(
+                &head.valid(),
+                &target_inner,
+                data,
+                &val_set,
+                config,
+                &target_to_draft,
+            )?;
+            let point = EvalPoint {
+                step,
+                tokens_seen,
+                ..eval
+            };
+            tracing::info!(
+                step,
+                loss = point.loss,
+                accuracy = ?point.accuracy,
+                acceptance_length = point.acceptance_length,
+                "validation"
+            );
+            observer.on_eval(&point);
+            history.evals.push(point);
+        }
+        if let Some(dir) = checkpoint_dir {
+            if step % config.checkpoint_every == 0 || last {
+                TrainCheckpoint::<B, H>::save(dir, &run, &head, &optimizer, &history)?;
+            }
+        }
+    }
+    Ok((head, history))
+}
+
+/// Identifies a run: its settings (all but where it stops) and its batches.
+fn run_fingerprint(config: &TrainConfig, batches: &[Vec<SequenceRef>]) -> String {
+    let settings = TrainConfig {
+        stop_after: None,
+        ..config.clone()
+    };
+    let mut hash = std::collections::hash_map::DefaultHasher::new();
+    std::hash::Hash::hash(batches, &mut hash);
+    format!(
+        "{settings:?}\nbatches: {} (hash {:016x})\n",
+        batches.len(),
+        std::hash::Hasher::finish(&hash)
+    )
+}
+
+/// Validation over `sequences`: mean loss, per-step accuracy and simulated acceptance length
+/// of greedy chains of `config.eval_chain` drafts (no noise, no gradient).
+pub fn evaluate<B: Backend, H: DraftHeadModule<B>>(
+    head: &H,
+    target: &LlamaModel<B>,
+    data: &DistillData,
+    sequences: &[SequenceRef],
+    config: &TrainConfig,
+    target_to_draft: &[Option<u32>],
+) -> Result<EvalPoint, TrainError> {
+    let eagle = head.to_eagle_head();
+    let mut stats = BatchStats::default();
+    let mut loss_sum = 0.0f32;
+    let batches = data.batches(sequences, config.batch_tokens, None);
+    for batch in &batches {
+        let options = StepOptions {
+            unroll: config.eval_chain,
+            unroll_decay: config.unroll_decay,
+            objective: config.objective,
+            noise: None,
+            target_to_draft,
+        };
+        let (loss, batch_stats) = run_batch(&eagle, target, &data.gather(batch), options)?;
+        loss_sum += loss.into_scalar().elem::<f32>();
+        stats.merge(&batch_stats);
+    }
+    Ok(EvalPoint {
+        step: 0,
+        tokens_seen: 0,
+        loss: loss_sum / batches.len().max(1) as f32,
+        accuracy: stats.accuracy(),
+        acceptance_length: stats.simulated_acceptance_length(),
+    })
+}
+
+/// The draft-vocabulary index of every target token under `head`'s vocabulary map.
+pub fn target_to_draft<B: Backend>(head: &EagleHead<B>, vocab_size: usize) -> Vec<Option<u32>> {
+    let map = head.vocab_map();
+    let mut table = vec![None; vocab_size];
+    for draft in 0..map.draft_vocab_size() as u32 {
+        if let Some(slot) = table.get_mut(map.to_target(draft) as usize) {
+            *slot = Some(draft);
+        }
+    }
+    table
+}
