@@ -14,7 +14,7 @@ use burn::backend::Flex;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
-use crate::train_prompts::generate_training_prompts;
+use crate::train_prompts::{generate_training_prompts, TrainingPrompt};
 
 /// How the data set is made; stored beside the shards so a resumed run cannot mix settings.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,10 +43,13 @@ pub struct GenerationSizes {
 /// The manifest file of a data directory.
 const MANIFEST: &str = "distill.json";
 
-/// Builds (or completes) the data set in `data_dir` for the target in `model_dir` and loads
-/// it. Shards already on disk are kept, so an interrupted run resumes.
+/// Builds (or completes) the feature shards in `data_dir` for the target in `model_dir` and
+/// loads them. The target's responses are kept in `responses_dir` (shared by every tap, so an
+/// EAGLE-3 data set reuses the responses an EAGLE-1 run generated); shards and responses
+/// already on disk are kept, so an interrupted run resumes.
 pub fn build_distill_data(
     model_dir: &Path,
+    responses_dir: &Path,
     data_dir: &Path,
     tap: &FeatureTap,
     settings: &DistillSettings,
@@ -63,6 +66,11 @@ pub fn build_distill_data(
         );
     }
     check_manifest(data_dir, settings)?;
+    let response_settings = DistillSettings {
+        tap: String::new(),
+        ..settings.clone()
+    };
+    check_manifest(responses_dir, &response_settings)?;
     let prompts = generate_training_prompts(settings.num_prompts, settings.prompt_seed)?;
     let chunks: Vec<_> = prompts.chunks(settings.shard_size).collect();
     let missing: Vec<usize> = (0..chunks.len())
@@ -76,28 +84,28 @@ pub fn build_distill_data(
             .progress_chars("=> "),
         );
         bar.set_position(((chunks.len() - missing.len()) * settings.shard_size) as u64);
-        let mut llm = Llm::new(EngineConfig {
-            max_num_seqs: sizes.max_num_seqs,
-            ..EngineConfig::new(model_dir)
-        })?;
+        let mut llm: Option<Llm> = None;
         let target = LlamaModel::<Flex>::load(model_dir, &Default::default())
             .with_context(|| format!("loading {}", model_dir.display()))?;
-        let params = SamplingParams::greedy(settings.max_tokens);
         for index in missing {
             let chunk = chunks[index];
-            bar.set_message(format!("shard {index}: generating"));
-            let batch: Vec<Prompt> = chunk
-                .iter()
-                .map(|p| Prompt::Chat(vec![ChatMessage::new("user", p.text.as_str())]))
-                .collect();
-            let outputs = llm.generate(batch, &params)?;
-            let sequences: Vec<DistillSequence> = outputs
-                .iter()
-                .map(|out| DistillSequence {
-                    tokens: [out.prompt_token_ids.as_slice(), &out.token_ids].concat(),
-                    prompt_len: out.prompt_token_ids.len(),
-                })
-                .collect();
+            let responses = responses_path(responses_dir, index);
+            let sequences = match read_responses(&responses)? {
+                Some(sequences) => sequences,
+                None => {
+                    bar.set_message(format!("shard {index}: generating"));
+                    if llm.is_none() {
+                        llm = Some(Llm::new(EngineConfig {
+                            max_num_seqs: sizes.max_num_seqs,
+                            ..EngineConfig::new(model_dir)
+                        })?);
+                    }
+                    let llm = llm.as_mut().expect("the engine was just created");
+                    let sequences = generate_responses(llm, chunk, settings.max_tokens)?;
+                    write_responses(&responses, &sequences)?;
+                    sequences
+                }
+            };
             bar.set_message(format!("shard {index}: recording features"));
             let shard = record_shard(&target, tap, &sequences, sizes.record_batch_tokens)?;
             shard.write(&shard_path(data_dir, index))?;
@@ -115,6 +123,72 @@ pub fn build_distill_data(
         );
     }
     Ok(DistillData::new(shards)?)
+}
+
+/// The target's greedy responses to `prompts` (single-turn chats), with their prompts.
+fn generate_responses(
+    llm: &mut Llm,
+    prompts: &[TrainingPrompt],
+    max_tokens: usize,
+) -> Result<Vec<DistillSequence>> {
+    let batch: Vec<Prompt> = prompts
+        .iter()
+        .map(|p| Prompt::Chat(vec![ChatMessage::new("user", p.text.as_str())]))
+        .collect();
+    let outputs = llm.generate(batch, &SamplingParams::greedy(max_tokens))?;
+    Ok(outputs
+        .iter()
+        .map(|out| DistillSequence {
+            tokens: [out.prompt_token_ids.as_slice(), &out.token_ids].concat(),
+            prompt_len: out.prompt_token_ids.len(),
+        })
+        .collect())
+}
+
+/// One stored response: prompt and response tokens, and the prompt length.
+#[derive(Serialize, Deserialize)]
+struct StoredSequence {
+    prompt_len: usize,
+    tokens: Vec<u32>,
+}
+
+/// Path of the responses of shard `index`.
+fn responses_path(dir: &Path, index: usize) -> PathBuf {
+    dir.join(format!("responses-{index:05}.json"))
+}
+
+/// The responses stored at `path`, if any.
+fn read_responses(path: &Path) -> Result<Option<Vec<DistillSequence>>> {
+    if !path.exists() {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(path)?;
+    let stored: Vec<StoredSequence> =
+        serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))?;
+    Ok(Some(
+        stored
+            .into_iter()
+            .map(|s| DistillSequence {
+                tokens: s.tokens,
+                prompt_len: s.prompt_len,
+            })
+            .collect(),
+    ))
+}
+
+/// Stores responses at `path` (through a temporary file).
+fn write_responses(path: &Path, sequences: &[DistillSequence]) -> Result<()> {
+    let stored: Vec<StoredSequence> = sequences
+        .iter()
+        .map(|s| StoredSequence {
+            prompt_len: s.prompt_len,
+            tokens: s.tokens.clone(),
+        })
+        .collect();
+    let partial = path.with_extension("partial");
+    std::fs::write(&partial, serde_json::to_string(&stored)?)
+        .with_context(|| format!("writing {}", partial.display()))?;
+    std::fs::rename(&partial, path).with_context(|| format!("writing {}", path.display()))
 }
 
 /// Writes the manifest of a new data directory, or checks an existing one's.

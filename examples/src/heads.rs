@@ -7,12 +7,20 @@ use std::path::{Path, PathBuf};
 
 use crate::paths::workspace_root;
 
-/// The head trained in-tree for SmolLM2 (`cargo xtask train-eagle`), when shipped.
+/// The EAGLE-1 head trained in-tree for SmolLM2 (`cargo xtask train-eagle`), when shipped.
 pub fn shipped_head_dir() -> PathBuf {
-    workspace_root()
-        .join("examples")
-        .join("heads")
-        .join("smollm2-135m-eagle1")
+    heads_dir().join("smollm2-135m-eagle1")
+}
+
+/// The EAGLE-3 head trained in-tree for SmolLM2 (`cargo xtask train-eagle -- --method
+/// eagle3`), when shipped.
+pub fn shipped_eagle3_head_dir() -> PathBuf {
+    heads_dir().join("smollm2-135m-eagle3")
+}
+
+/// Where trained heads are shipped in the repository.
+fn heads_dir() -> PathBuf {
+    workspace_root().join("examples").join("heads")
 }
 
 /// Writes an EAGLE-1 head of random weights (no fc bias) shaped for the target in `model_dir`

@@ -36,14 +36,6 @@ impl HeadMethod {
         }
     }
 
-    /// Directory name of the default head of this method for SmolLM2.
-    pub fn default_head_name(self) -> &'static str {
-        match self {
-            HeadMethod::Eagle => "smollm2-135m-eagle1",
-            HeadMethod::Eagle3 => "smollm2-135m-eagle3",
-        }
-    }
-
     /// The target features the head consumes: the last hidden state, or the residual stream
     /// entering layers `2`, `L / 2` and `L - 3` (the reference EAGLE-3 choice).
     pub fn feature_tap(self, target: &LlamaConfig) -> FeatureTap {
@@ -72,22 +64,23 @@ impl HeadMethod {
 #[derive(Debug)]
 pub enum DraftHead<B: AutodiffBackend> {
     /// An EAGLE-1 head.
-    Eagle1(Eagle1Head<B>),
+    Eagle1(Box<Eagle1Head<B>>),
     /// An EAGLE-3 head.
-    Eagle3(Eagle3Head<B>),
+    Eagle3(Box<Eagle3Head<B>>),
 }
 
-/// A randomly initialized head of `method` for `target`: one decoder layer shaped like the
-/// target's; for EAGLE-3 a draft vocabulary of the `draft_vocab` tokens the target emits most
-/// often in `train_set` (sorted by id).
+/// A randomly initialized head of `method` for `target_model`: one decoder layer shaped like
+/// the target's; for EAGLE-3 a draft vocabulary of the `draft_vocab` tokens the target emits
+/// most often in `train_set` (sorted by id).
 pub fn build_head<B: AutodiffBackend>(
     method: HeadMethod,
-    target: &LlamaConfig,
+    target_model: &LlamaModel<B>,
     data: &DistillData,
     train_set: &[SequenceRef],
     draft_vocab: usize,
     device: &B::Device,
 ) -> Result<DraftHead<B>> {
+    let target = target_model.config();
     let layer = LlamaConfig {
         num_hidden_layers: 1,
         ..target.clone()
@@ -99,7 +92,7 @@ pub fn build_head<B: AutodiffBackend>(
                 fc_bias: Some(true),
                 origin: Path::new("<train-eagle>").to_path_buf(),
             };
-            DraftHead::Eagle1(Eagle1Head::init(&config, target, true, device)?)
+            DraftHead::Eagle1(Box::new(Eagle1Head::init(&config, target, true, device)?))
         }
         HeadMethod::Eagle3 => {
             let FeatureTap::AuxLayers(ids) = method.feature_tap(target) else {
@@ -116,7 +109,7 @@ pub fn build_head<B: AutodiffBackend>(
                 norm_before_residual: false,
             };
             let map = DraftVocabMap::from_target_ids(&kept, target.vocab_size)?;
-            DraftHead::Eagle3(Eagle3Head::init(&config, target, map, device)?)
+            DraftHead::Eagle3(Box::new(Eagle3Head::init(&config, target, map, device)?))
         }
     })
 }
@@ -142,12 +135,12 @@ impl<B: AutodiffBackend> DraftHead<B> {
     ) -> Result<(Self, TrainHistory), TrainError> {
         Ok(match self {
             DraftHead::Eagle1(head) => {
-                let (head, history) = train(head, target, data, config, checkpoint_dir, observer)?;
-                (DraftHead::Eagle1(head), history)
+                let (head, history) = train(*head, target, data, config, checkpoint_dir, observer)?;
+                (DraftHead::Eagle1(Box::new(head)), history)
             }
             DraftHead::Eagle3(head) => {
-                let (head, history) = train(head, target, data, config, checkpoint_dir, observer)?;
-                (DraftHead::Eagle3(head), history)
+                let (head, history) = train(*head, target, data, config, checkpoint_dir, observer)?;
+                (DraftHead::Eagle3(Box::new(head)), history)
             }
         })
     }
@@ -220,7 +213,7 @@ impl TrainObserver for ProgressObserver {
     }
 
     fn on_eval(&mut self, point: &EvalPoint) {
-        self.bar.println(format!(
+        let line = format!(
             "step {:>5} tokens {:>8}: val loss {:.4}, top-1 accuracy per draft step {:?}, \
              simulated acceptance length {:.3}",
             point.step,
@@ -232,7 +225,13 @@ impl TrainObserver for ProgressObserver {
                 .map(|a| format!("{a:.3}"))
                 .collect::<Vec<_>>(),
             point.acceptance_length
-        ));
+        );
+        // A bar drawing nowhere (no terminal) drops its lines: print them plainly then.
+        if self.bar.is_hidden() {
+            eprintln!("{line}");
+        } else {
+            self.bar.println(line);
+        }
         self.last_eval = Some(point.clone());
     }
 }

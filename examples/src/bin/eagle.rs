@@ -23,9 +23,9 @@ struct Args {
     /// Target model directory (Hugging Face layout).
     #[arg(long)]
     model: Option<PathBuf>,
-    /// Drafting method.
-    #[arg(long, value_enum, default_value_t = Method::Eagle)]
-    method: Method,
+    /// Drafting method; default: `eagle3` when an EAGLE-3 head is shipped, else `eagle`.
+    #[arg(long, value_enum)]
+    method: Option<Method>,
     /// Draft head directory (EAGLE-1 or EAGLE-3 checkpoint); defaults to the shipped head.
     #[arg(long)]
     draft: Option<PathBuf>,
@@ -76,9 +76,23 @@ enum Method {
     Ngram,
 }
 
+/// The method asked for, or the default: the shipped EAGLE-3 head when there is one.
+fn resolve_method(args: &Args) -> Method {
+    args.method.unwrap_or_else(|| {
+        if heads::shipped_eagle3_head_dir()
+            .join("config.json")
+            .exists()
+        {
+            Method::Eagle3
+        } else {
+            Method::Eagle
+        }
+    })
+}
+
 /// Picks the draft head, saying which one is used.
-fn resolve_draft(args: &Args, model_dir: &Path) -> Result<Option<PathBuf>> {
-    if matches!(args.method, Method::Ngram) {
+fn resolve_draft(args: &Args, method: Method, model_dir: &Path) -> Result<Option<PathBuf>> {
+    if matches!(method, Method::Ngram) {
         println!("draft: n-gram prompt lookup (no draft model)");
         return Ok(None);
     }
@@ -86,8 +100,13 @@ fn resolve_draft(args: &Args, model_dir: &Path) -> Result<Option<PathBuf>> {
         println!("draft: {}", dir.display());
         return Ok(Some(dir.clone()));
     }
-    if matches!(args.method, Method::Eagle3) {
-        bail!("--method eagle3 needs --draft DIR (no EAGLE-3 head is shipped)");
+    if matches!(method, Method::Eagle3) {
+        let shipped = heads::shipped_eagle3_head_dir();
+        if !shipped.join("config.json").exists() {
+            bail!("--method eagle3 needs --draft DIR (no EAGLE-3 head is shipped)");
+        }
+        println!("draft: the shipped EAGLE-3 head {}", shipped.display());
+        return Ok(Some(shipped));
     }
     let shipped = heads::shipped_head_dir();
     if shipped.join("config.json").exists() {
@@ -159,8 +178,9 @@ fn main() -> Result<()> {
         );
     }
     println!("target: {}", model_dir.display());
-    let draft = resolve_draft(&args, &model_dir)?;
-    let method = match args.method {
+    let chosen = resolve_method(&args);
+    let draft = resolve_draft(&args, chosen, &model_dir)?;
+    let method = match chosen {
         Method::Eagle => SpeculativeMethod::Eagle,
         Method::Eagle3 => SpeculativeMethod::Eagle3,
         Method::Ngram => SpeculativeMethod::Ngram,

@@ -2,7 +2,7 @@
 //! the loader (and public EAGLE heads) use.
 //!
 //! ```text
-//! cargo xtask train-eagle -- --method eagle --prompts 512 --epochs 4
+//! cargo xtask train-eagle -- --method eagle3 --prompts 512 --epochs 10
 //! ```
 //!
 //! 1. The built-in training prompts are answered by the target with the engine (greedy).
@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use aquila_examples::distill::{build_distill_data, DistillSettings, GenerationSizes};
-use aquila_examples::heads::shipped_head_dir;
+use aquila_examples::heads::{shipped_eagle3_head_dir, shipped_head_dir};
 use aquila_examples::paths::{default_model_dir, workspace_root};
 use aquila_examples::training::{
     build_head, write_training_record, HeadMethod, ProgressObserver, TrainingRecord,
@@ -25,13 +25,11 @@ use aquila_model_loader::checkpoint::FloatType;
 use aquila_model_loader::config::LlamaConfig;
 use aquila_model_loader::model::LlamaModel;
 use aquila_spec_decode::eagle::EagleHead;
-use aquila_spec_decode::train::TrainConfig;
+use aquila_spec_decode::train::{DistillData, TrainConfig, TrainHistory};
 use burn::backend::{Autodiff, Flex};
 use burn::module::Module;
-use burn::tensor::backend::Backend;
+use burn::tensor::backend::AutodiffBackend;
 use clap::{Parser, ValueEnum};
-
-type TrainBackend = Autodiff<Flex>;
 
 /// Storage type of the exported weights.
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -45,8 +43,9 @@ enum ExportDtype {
 #[derive(Parser, Debug)]
 #[command(name = "train-eagle", about)]
 struct Args {
-    /// EAGLE-1 (`eagle`: feature regression + token loss) or EAGLE-3 (`eagle3`).
-    #[arg(long, value_enum, default_value_t = HeadMethod::Eagle)]
+    /// EAGLE-3 (`eagle3`: aux features, draft vocabulary, training-time test; the shipped
+    /// default) or EAGLE-1 (`eagle`: feature regression + token loss).
+    #[arg(long, value_enum, default_value_t = HeadMethod::Eagle3)]
     method: HeadMethod,
     /// Target model directory (defaults to the workspace's SmolLM2 import).
     #[arg(long)]
@@ -54,7 +53,8 @@ struct Args {
     /// Where the trained head is written (defaults to the shipped head's directory).
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Data and checkpoints (defaults to `models/eagle-train/<method>`); reruns resume there.
+    /// Responses, feature shards and checkpoints (defaults to `models/eagle-train`); reruns
+    /// resume there.
     #[arg(long)]
     work_dir: Option<PathBuf>,
     /// Number of built-in training prompts.
@@ -87,12 +87,19 @@ struct Args {
     /// Validate every this many steps.
     #[arg(long)]
     eval_every: Option<usize>,
+    /// Stop after this many optimizer steps of the schedule (rerun without it to resume);
+    /// the head trained so far is exported.
+    #[arg(long)]
+    stop_after: Option<usize>,
     /// Seed of prompts, initialization, batch order and noise.
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Storage type of the exported head.
     #[arg(long, value_enum, default_value_t = ExportDtype::F16)]
     dtype: ExportDtype,
+    /// Train on the GPU (`Autodiff<Cuda>`; needs a build with the `cuda` feature).
+    #[arg(long)]
+    cuda: bool,
     /// Requests decoded together while generating responses.
     #[arg(long, default_value_t = 32)]
     max_num_seqs: usize,
@@ -106,16 +113,14 @@ fn main() -> Result<()> {
     let target_config = LlamaConfig::from_file(&target_dir.join("config.json"))
         .context("the target model (run `cargo xtask import-model`)")?;
     let method = args.method;
-    let work_dir = args.work_dir.clone().unwrap_or_else(|| {
-        workspace_root()
-            .join("models")
-            .join("eagle-train")
-            .join(method.name())
-    });
-    let out = args
-        .out
+    let work_dir = args
+        .work_dir
         .clone()
-        .unwrap_or_else(|| shipped_head_dir().with_file_name(method.default_head_name()));
+        .unwrap_or_else(|| workspace_root().join("models").join("eagle-train"));
+    let out = args.out.clone().unwrap_or_else(|| match method {
+        HeadMethod::Eagle => shipped_head_dir(),
+        HeadMethod::Eagle3 => shipped_eagle3_head_dir(),
+    });
     let tap = method.feature_tap(&target_config);
     let settings = DistillSettings {
         num_prompts: args.prompts,
@@ -128,7 +133,14 @@ fn main() -> Result<()> {
         max_num_seqs: args.max_num_seqs,
         record_batch_tokens: 1024,
     };
-    let data = build_distill_data(&target_dir, &work_dir.join("data"), &tap, &settings, sizes)?;
+    let data = build_distill_data(
+        &target_dir,
+        &work_dir.join("responses"),
+        &work_dir.join(method.name()).join("data"),
+        &tap,
+        &settings,
+        sizes,
+    )?;
     println!(
         "data: {} sequences, {} tokens ({} features)",
         data.sequences().len(),
@@ -137,30 +149,19 @@ fn main() -> Result<()> {
     );
 
     let config = training_config(&args);
-    let device = Default::default();
-    TrainBackend::seed(&device, args.seed);
-    let target = LlamaModel::<TrainBackend>::load(&target_dir, &device)?.no_grad();
-    let (train_set, _) = data.split(config.val_every);
-    let head = build_head::<TrainBackend>(
-        method,
-        &target_config,
-        &data,
-        &train_set,
-        args.draft_vocab,
-        &device,
-    )?;
-    let mut observer = ProgressObserver::new();
-    let checkpoints = work_dir.join("checkpoints");
-    let (trained, history) =
-        head.train(&target, &data, &config, Some(&checkpoints), &mut observer)?;
-    observer.finish();
-
-    let dtype = match args.dtype {
-        ExportDtype::F32 => FloatType::F32,
-        ExportDtype::F16 => FloatType::F16,
-        ExportDtype::Bf16 => FloatType::BF16,
+    let run = TrainingRun {
+        args: &args,
+        target_dir: &target_dir,
+        checkpoints: work_dir.join(method.name()).join("checkpoints"),
+        out: &out,
+        data: &data,
+        config: &config,
     };
-    trained.export(&out, dtype)?;
+    let history = if args.cuda {
+        run.on_cuda()?
+    } else {
+        run.execute::<Autodiff<Flex>>(&Default::default())?
+    };
     check_export(&out, &target_config)?;
     let record = TrainingRecord {
         command: std::env::args().collect::<Vec<_>>().join(" "),
@@ -177,10 +178,68 @@ fn main() -> Result<()> {
     Ok(())
 }
 
+/// One training run: what [`TrainingRun::execute`] needs, whatever the backend.
+struct TrainingRun<'a> {
+    args: &'a Args,
+    target_dir: &'a Path,
+    checkpoints: PathBuf,
+    out: &'a Path,
+    data: &'a DistillData,
+    config: &'a TrainConfig,
+}
+
+impl TrainingRun<'_> {
+    /// Trains on backend `B` (seeded), then exports the head; returns the history.
+    fn execute<B: AutodiffBackend>(&self, device: &B::Device) -> Result<TrainHistory> {
+        B::seed(device, self.args.seed);
+        let target = LlamaModel::<B>::load(self.target_dir, device)?.no_grad();
+        let (train_set, _) = self.data.split(self.config.val_every);
+        let head = build_head::<B>(
+            self.args.method,
+            &target,
+            self.data,
+            &train_set,
+            self.args.draft_vocab,
+            device,
+        )?;
+        let mut observer = ProgressObserver::new();
+        let (trained, history) = head.train(
+            &target,
+            self.data,
+            self.config,
+            Some(&self.checkpoints),
+            &mut observer,
+        )?;
+        observer.finish();
+        let dtype = match self.args.dtype {
+            ExportDtype::F32 => FloatType::F32,
+            ExportDtype::F16 => FloatType::F16,
+            ExportDtype::Bf16 => FloatType::BF16,
+        };
+        trained.export(self.out, dtype)?;
+        Ok(history)
+    }
+
+    /// Trains on the first CUDA device (f32).
+    #[cfg(feature = "cuda")]
+    fn on_cuda(&self) -> Result<TrainHistory> {
+        self.execute::<Autodiff<burn::backend::Cuda>>(&Default::default())
+    }
+
+    /// Without the `cuda` feature there is no GPU backend to train on.
+    #[cfg(not(feature = "cuda"))]
+    fn on_cuda(&self) -> Result<TrainHistory> {
+        anyhow::bail!(
+            "--cuda needs a build with the `cuda` feature (AQUILA_CUDA=1 cargo xtask ...)"
+        )
+    }
+}
+
 /// The trainer settings: the method's defaults with the command line's overrides.
 fn training_config(args: &Args) -> TrainConfig {
     let mut config = args.method.default_config();
     config.seed = args.seed;
+    config.stop_after = args.stop_after;
     if let Some(v) = args.epochs {
         config.epochs = v;
     }

@@ -46,13 +46,13 @@ pub struct TrainConfig {
 }
 
 impl TrainConfig {
-    /// Defaults for EAGLE-1 (reference loss weights and noise, a 3-step unroll).
+    /// Defaults for EAGLE-1 (reference loss weights and noise, no unrolling, 4 epochs).
     pub fn eagle1() -> Self {
         Self {
             objective: Objective::eagle1(),
             epochs: 4,
             batch_tokens: 2048,
-            learning_rate: 5e-4,
+            learning_rate: 1e-3,
             warmup_fraction: 0.05,
             min_lr_ratio: 0.1,
             weight_decay: 0.0,
@@ -69,10 +69,12 @@ impl TrainConfig {
         }
     }
 
-    /// Defaults for EAGLE-3 (token loss only, training-time test over 3 steps, no noise).
+    /// Defaults for EAGLE-3 (token loss only, training-time test over 3 steps, no noise; ten
+    /// epochs, about 40 minutes on 2 CPU cores for 512 prompts).
     pub fn eagle3() -> Self {
         Self {
             objective: Objective::Eagle3,
+            epochs: 10,
             unroll: 3,
             noise: 0.0,
             ..Self::eagle1()
