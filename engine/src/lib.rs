@@ -34,7 +34,6 @@
 
 mod backend;
 mod config;
-mod detokenizer;
 mod engine;
 mod error;
 mod kv_budget;

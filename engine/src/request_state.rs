@@ -4,12 +4,12 @@
 
 use aquila_spec_decode::sampling::{RequestRng, SamplingConfig};
 
-use crate::detokenizer::{Decode, IncrementalDetokenizer};
 use crate::output::{FinishReason, PositionLogprobs, RequestOutput, StopReason};
 use crate::request::Request;
 use crate::sampling_params::SamplingParams;
 use crate::stop::StopConditions;
 use crate::timing::RequestTiming;
+use aquila_model_loader::tokenizer::{Decode, StreamDecoder};
 
 /// Speculative-decoding counts of one request.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -51,7 +51,7 @@ pub(crate) struct RequestState {
     /// The `q` rows (`vocab_size` each) of the request's pending draft tokens when the drafter
     /// sampled them; `None` for deterministic drafts (verified with a one-hot `q`).
     pub draft_probs: Option<Vec<f32>>,
-    detokenizer: IncrementalDetokenizer,
+    detokenizer: StreamDecoder,
     text: String,
     streamed_bytes: usize,
     logprobs: Option<Vec<PositionLogprobs>>,
@@ -75,7 +75,7 @@ impl RequestState {
             timing,
             spec: SpecCounts::default(),
             draft_probs: None,
-            detokenizer: IncrementalDetokenizer::new(prompt_token_ids, params.skip_special_tokens),
+            detokenizer: StreamDecoder::with_context(prompt_token_ids, params.skip_special_tokens),
             text: String::new(),
             streamed_bytes: 0,
             logprobs: params.logprobs.map(|_| Vec::new()),
@@ -95,7 +95,7 @@ impl RequestState {
         let mut finish_reason = None;
         let mut num_kept = 0;
         for &token in tokens {
-            let new_text = self.detokenizer.push(decoder, token)?;
+            let new_text = self.detokenizer.push(decoder, token)?.unwrap_or_default();
             let new_text_start = self.text.len();
             self.text.push_str(&new_text);
             num_kept += 1;
@@ -128,8 +128,9 @@ impl RequestState {
 
     /// Appends the text the detokenizer still holds back (the request ends).
     pub fn flush_text<D: Decode>(&mut self, decoder: &D) -> Result<(), D::Error> {
-        let rest = self.detokenizer.flush(decoder)?;
-        self.text.push_str(&rest);
+        if let Some(rest) = self.detokenizer.flush(decoder)? {
+            self.text.push_str(&rest);
+        }
         Ok(())
     }
 

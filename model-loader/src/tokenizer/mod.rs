@@ -27,4 +27,4 @@ pub use chat::{ChatMessage, ChatTemplate};
 pub use codec::Tokenizer;
 pub use error::TokenizerError;
 pub use special::SpecialTokens;
-pub use stream::StreamDecoder;
+pub use stream::{Decode, StreamDecoder};

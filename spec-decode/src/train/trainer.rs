@@ -64,16 +64,14 @@ where
             "no training sequence after the split".into(),
         ));
     }
-    let schedule_batches: Vec<Vec<SequenceRef>> = (0..config.epochs)
-        .flat_map(|epoch| {
-            data.batches(
-                &train_set,
-                config.batch_tokens,
-                Some(config.seed.wrapping_add(epoch as u64)),
-            )
-        })
-        .collect();
-    let batches_per_epoch = schedule_batches.len() / config.epochs;
+    let mut schedule_batches: Vec<Vec<SequenceRef>> = Vec::new();
+    let mut epoch_of_step: Vec<usize> = Vec::new();
+    for epoch in 0..config.epochs {
+        let seed = config.seed.wrapping_add(epoch as u64);
+        let batches = data.batches(&train_set, config.batch_tokens, Some(seed));
+        epoch_of_step.extend(std::iter::repeat_n(epoch, batches.len()));
+        schedule_batches.extend(batches);
+    }
     let total_steps = schedule_batches.len();
     let schedule = WarmupCosine {
         peak: config.learning_rate,
@@ -129,7 +127,7 @@ where
         tokens_seen += gathered.argmax.len() as u64;
         let point = TrainPoint {
             step,
-            epoch: index / batches_per_epoch.max(1),
+            epoch: epoch_of_step[index],
             tokens_seen,
             loss: loss_value,
             lr,
