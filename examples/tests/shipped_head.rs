@@ -1,0 +1,47 @@
+//! The shipped EAGLE-3 head: it loads against the real SmolLM2 target, drafts tokens the target
+//! accepts on prompts it was not trained on, and leaves greedy output exactly as without it.
+//! Needs `models/smollm2-135m-instruct` (`cargo xtask import-model`, which CI runs first).
+
+use aquila_engine::{EngineConfig, Llm, SamplingParams, SpeculativeConfig, SpeculativeMethod};
+use aquila_examples::heads::shipped_eagle3_head_dir;
+use aquila_examples::paths::default_model_dir;
+use aquila_examples::prompts::builtin_chat_prompts;
+
+#[test]
+fn shipped_eagle3_head_is_accepted_and_lossless() {
+    let model = default_model_dir();
+    if std::env::var_os("AQUILA_SKIP_REAL_MODEL").is_some() {
+        return;
+    }
+    assert!(
+        model.join("config.json").exists(),
+        "no model at {}: run `cargo xtask import-model`",
+        model.display()
+    );
+    let prompts = builtin_chat_prompts(3);
+    let params = SamplingParams::greedy(24);
+
+    let mut config = EngineConfig::new(&model);
+    let mut speculative = SpeculativeConfig::new(SpeculativeMethod::Eagle3, 3);
+    speculative.draft_model = Some(shipped_eagle3_head_dir());
+    config.speculative = Some(speculative);
+    let mut llm = Llm::new(config).expect("the shipped head loads against SmolLM2");
+    let outputs = llm.generate(prompts.clone(), &params).expect("generation");
+
+    let mut baseline = Llm::new(EngineConfig::new(&model)).expect("engine");
+    let expected = baseline.generate(prompts, &params).expect("generation");
+    for (spec, base) in outputs.iter().zip(&expected) {
+        assert_eq!(
+            spec.token_ids, base.token_ids,
+            "speculation changed the output"
+        );
+    }
+    let drafts: usize = outputs.iter().map(|o| o.metrics.num_draft_tokens).sum();
+    let accepted: usize = outputs.iter().map(|o| o.metrics.num_accepted_tokens).sum();
+    assert!(drafts > 0);
+    // An untrained head accepts almost nothing; the trained one accepts a real share.
+    assert!(
+        accepted * 20 > drafts,
+        "{accepted} of {drafts} draft tokens accepted"
+    );
+}
