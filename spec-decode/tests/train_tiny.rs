@@ -160,28 +160,21 @@ fn eagle1_loss_falls_and_training_is_deterministic() {
     .unwrap();
     let loaded = EagleHead::<Flex>::load(dir.path(), &setup.config, &Default::default()).unwrap();
     assert!(matches!(loaded, EagleHead::Eagle1(_)));
-    let valid = trained.valid();
-    let original = aquila_spec_decode::train::evaluate(
-        &valid,
-        &setup.inner,
-        &data,
-        &data.sequences(),
-        &config,
-        &identity_map(&setup),
-    )
-    .unwrap();
+    let evaluate = |head: &Eagle1Head<Flex>| {
+        aquila_spec_decode::train::evaluate(
+            head,
+            &setup.inner,
+            &data,
+            &data.sequences(),
+            &config,
+            &identity_map(&setup),
+        )
+        .unwrap()
+    };
     let EagleHead::Eagle1(reloaded) = loaded else {
         unreachable!()
     };
-    let again = aquila_spec_decode::train::evaluate(
-        reloaded.as_ref(),
-        &setup.inner,
-        &data,
-        &data.sequences(),
-        &config,
-        &identity_map(&setup),
-    )
-    .unwrap();
+    let (original, again) = (evaluate(&trained.valid()), evaluate(reloaded.as_ref()));
     assert_eq!(original.accuracy, again.accuracy);
 }
 

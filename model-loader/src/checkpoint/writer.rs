@@ -120,7 +120,22 @@ pub fn write_safetensors(path: &Path, tensors: &[NamedTensor]) -> Result<(), Wri
         })
         .collect::<Result<Vec<_>, _>>()?;
     create_parent(path)?;
-    safetensors::serialize_to_file(views, None, path).map_err(|e| invalid(e.to_string()))
+    safetensors::serialize_to_file(views, None, path).map_err(|e| invalid(e.to_string()))?;
+    make_readable(path)
+}
+
+/// `serialize_to_file` creates owner-only files (it goes through a temporary file); a
+/// checkpoint is meant to be shared, so give it the usual `rw-r--r--`.
+fn make_readable(path: &Path) -> Result<(), WriteError> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644))
+            .map_err(|e| WriteError::io(path, e))?;
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
 }
 
 /// Writes `tensors` into `dir` as `shards` files `model-0000i-of-0000n.safetensors` (tensors

@@ -79,9 +79,12 @@ impl<B: Backend> AttentionContext<B> {
                     let mut masked = Vec::with_capacity(group_size * len * columns);
                     for _ in 0..group_size {
                         for row in 0..len {
-                            masked.extend(
-                                (0..cached).map(|col| !sequence.may_attend_cached(row, col)),
-                            );
+                            match &sequence.history_mask {
+                                // Cached rows are all visible unless a history mask says
+                                // otherwise (the common case stays a plain fill).
+                                None => masked.extend(std::iter::repeat_n(false, cached)),
+                                Some(visible) => masked.extend(visible[row].iter().map(|v| !v)),
+                            }
                             masked.extend((0..len).map(|col| !sequence.may_attend(row, col)));
                         }
                     }
