@@ -9,11 +9,12 @@
 //! `--batch` sequences, plus the cost of the KV-cache append strategies at the decode context
 //! (why the cache concatenates instead of writing into a padded buffer).
 
+use aquila_model_loader::kernels::gemv::{project_rows, ProjectionRef};
 use aquila_model_loader::model::{
-    FeatureTap, ForwardBatch, LlamaModel, LoadOptions, SequenceInput,
+    FeatureTap, ForwardBatch, LlamaModel, SequenceInput, MAX_GEMV_ROWS,
 };
 use burn::backend::Flex;
-use burn::tensor::{Distribution, Tensor};
+use burn::tensor::{Distribution, Tensor, TensorData};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
@@ -46,12 +47,12 @@ struct Args {
     /// Sequences decoded together in the batched measurement.
     #[arg(long, default_value_t = 8)]
     batch: usize,
+    /// Skip the decode, kernel and KV-append measurements (e.g. to profile prefill alone).
+    #[arg(long)]
+    prefill_only: bool,
     /// Worker threads (default: rayon's choice, one per core).
     #[arg(long)]
     threads: Option<usize>,
-    /// Column blocks per linear layer (default: one per worker thread).
-    #[arg(long)]
-    column_blocks: Option<usize>,
 }
 
 /// Deterministic prompt tokens spread over the vocabulary.
@@ -134,6 +135,28 @@ fn bench_decode(model: &LlamaModel<B>, sequences: usize, context: usize, steps: 
     (sequences * steps) as f64 / elapsed.as_secs_f64()
 }
 
+/// Microseconds per `[rows, d_in] x [d_out, d_in]ᵀ` product with the weight-streaming kernel
+/// and with burn's matrix product on the transposed weight (the two paths of `SplitLinear`).
+fn bench_projection(rows: usize, d_in: usize, d_out: usize) -> (f64, f64) {
+    let device = Default::default();
+    let x: Vec<f32> = (0..rows * d_in).map(|v| (v as f32 * 0.1).sin()).collect();
+    let weight: Vec<f32> = (0..d_out * d_in).map(|v| (v as f32 * 0.3).cos()).collect();
+    let gemv = median_micros(9, 20, || {
+        let projection = ProjectionRef {
+            weight: &weight,
+            bias: None,
+        };
+        std::hint::black_box(project_rows(&x, rows, d_in, &[projection]));
+    });
+    let x = Tensor::<B, 2>::from_data(TensorData::new(x, [rows, d_in]), &device);
+    let weight = Tensor::<B, 2>::from_data(TensorData::new(weight, [d_out, d_in]), &device);
+    let gemm = median_micros(9, 20, || {
+        let y = x.clone().matmul(weight.clone().transpose());
+        std::hint::black_box(y.into_data());
+    });
+    (gemv, gemm)
+}
+
 /// Median of `batches` timings of `reps` calls of `f`, in microseconds per call.
 fn median_micros(batches: usize, reps: usize, mut f: impl FnMut()) -> f64 {
     let mut per_call: Vec<f64> = (0..batches)
@@ -180,11 +203,7 @@ fn main() {
     }
     let device = Default::default();
     let start = Instant::now();
-    let mut options = LoadOptions::default();
-    if let Some(blocks) = args.column_blocks {
-        options.column_blocks = blocks;
-    }
-    let model = match LlamaModel::<B>::load_with(&args.model, &device, &options) {
+    let model = match LlamaModel::<B>::load(&args.model, &device) {
         Ok(model) => model,
         Err(e) => {
             eprintln!("error: {e}");
@@ -194,13 +213,12 @@ fn main() {
     let load = start.elapsed();
     let config = model.config();
     println!(
-        "model: {} ({} layers, hidden {}, vocab {}), {} threads, {} column blocks",
+        "model: {} ({} layers, hidden {}, vocab {}), {} threads",
         args.model.display(),
         config.num_hidden_layers,
         config.hidden_size,
         config.vocab_size,
         rayon::current_num_threads(),
-        options.column_blocks
     );
     println!("load: {:.2} s", load.as_secs_f64());
 
@@ -210,6 +228,9 @@ fn main() {
             "prefill {len:>4} tokens: {rate:8.1} tokens/s  ({:.2}x llama.cpp's {LLAMA_CPP_PREFILL_TOKENS_PER_S})",
             rate / LLAMA_CPP_PREFILL_TOKENS_PER_S
         );
+    }
+    if args.prefill_only {
+        return;
     }
     let single = bench_decode(&model, 1, args.context, args.decode_steps);
     println!(
@@ -224,6 +245,14 @@ fn main() {
         args.context,
         batched / single
     );
+    let (d_in, d_out) = (config.hidden_size, 2 * config.intermediate_size);
+    for rows in [1, 4, 8, MAX_GEMV_ROWS, 2 * MAX_GEMV_ROWS, 128] {
+        let (gemv, gemm) = bench_projection(rows, d_in, d_out);
+        println!(
+            "projection {rows:>2} x [{d_out}, {d_in}]: weight-streaming kernel {gemv:8.1} us, gemm {gemm:8.1} us ({:.2}x)",
+            gemm / gemv
+        );
+    }
     for len in [args.context, 4 * args.context] {
         let (concat, assign) = bench_kv_append(&model, len);
         println!(

@@ -14,7 +14,6 @@ mod shard;
 mod strict;
 mod writer;
 
-pub(crate) use convert::transpose;
 pub use error::{CheckpointError, MismatchReport, ShapeMismatch, WriteError};
 pub use exported::{ExportedTensor, ExportedValues};
 pub use safetensors::Dtype;

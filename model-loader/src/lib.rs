@@ -9,6 +9,7 @@ pub mod config;
 pub mod error;
 pub mod fixtures;
 pub mod gguf;
+pub mod kernels;
 pub mod model;
 pub mod tokenizer;
 

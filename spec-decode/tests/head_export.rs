@@ -10,7 +10,7 @@ use std::path::Path;
 use aquila_model_loader::checkpoint::{Checkpoint, ExportedValues, FloatType};
 use aquila_model_loader::config::{EagleConfig, LlamaConfig};
 use aquila_model_loader::fixtures::eagle::TinyEagle1Options;
-use aquila_model_loader::model::{ForwardBatch, LoadOptions, SequenceInput};
+use aquila_model_loader::model::{ForwardBatch, SequenceInput};
 use aquila_spec_decode::eagle::{
     eagle1_config_json, eagle3_config_json, write_head_dir, DraftVocabMap, Eagle1Head, Eagle3Head,
     EagleError, EagleHead,
@@ -84,8 +84,7 @@ fn draft_forward(fixture: &Fixture, head: &EagleHead<B>) -> (Vec<f32>, Vec<f32>)
     (values(outputs), values(logits))
 }
 
-/// Writes `head` to `name` in `dtype` and loads it back with whole (one-block) layers, as
-/// [`Eagle1Head::init`] and [`Eagle3Head::init`] build them.
+/// Writes `head` to `name` in `dtype` and loads it back.
 fn round_trip(
     fixture: &Fixture,
     head: &EagleHead<B>,
@@ -94,8 +93,7 @@ fn round_trip(
 ) -> EagleHead<B> {
     let dir = fixture.root.path().join(name);
     write_head_dir(&dir, &head.config_json(), &head.export(), dtype).unwrap();
-    let options = LoadOptions { column_blocks: 1 };
-    EagleHead::load_with(&dir, fixture.target.config(), &device(), &options).unwrap()
+    EagleHead::load(&dir, fixture.target.config(), &device()).unwrap()
 }
 
 fn assert_same_forward(fixture: &Fixture, a: &EagleHead<B>, b: &EagleHead<B>, tolerance: f32) {
@@ -235,7 +233,7 @@ fn loaded_fixture_heads_export_their_checkpoints() {
         fixture.eagle3("eagle3", &eagle3_options(4, 100)),
     ];
     for dir in heads {
-        // Default loading cuts layers into column blocks; export puts them back together.
+        // Loading fuses projections into one layer; export splits them again.
         let head = fixture.load(&dir).unwrap();
         let checkpoint = Checkpoint::open(&dir).unwrap();
         let exported = head.export();

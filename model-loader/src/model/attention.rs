@@ -2,15 +2,19 @@
 //! projections of all rows of the batch at once (the large matrix products), then attention
 //! per sequence against that sequence's cached keys and values.
 
+use super::context::{SequenceSpan, SpanVisibility};
 use super::weights::Projection;
-use super::{AttentionContext, KvCache, SplitLinear, WeightLoader, PARALLEL_WORK};
+use super::{AttentionContext, KvCache, SplitLinear, WeightLoader};
 use crate::checkpoint::ExportedTensor;
 use crate::config::LlamaConfig;
+use crate::kernels::attention::{grouped_query_attention, AttentionShape, Visibility};
+use crate::kernels::flex::{f32_storage, values};
 use burn::module::Module;
 use burn::tensor::backend::Backend;
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
-use burn::tensor::{Bool, Tensor};
+use burn::tensor::{Bool, Tensor, TensorData};
+use burn_flex::FlexTensor;
 use rayon::prelude::*;
 
 /// Shape of an attention block.
@@ -177,6 +181,9 @@ impl<B: Backend> Attention<B> {
             .rope()
             .apply(key.reshape([rows, kv_heads, head_dim]));
         let value = value.reshape([rows, kv_heads, head_dim]);
+        if let Some(attended) = attend_on_cpu(&query, &key, &value, context, cache, layer) {
+            return self.o_proj.forward(attended);
+        }
 
         let mut outputs: Vec<Tensor<B, 2>> = context
             .spans()
@@ -212,6 +219,116 @@ impl<B: Backend> Attention<B> {
         self.o_proj.forward(attended)
     }
 }
+
+/// [`Attention::forward`]'s attention on the CPU backend in `f32`, by the kernel of
+/// [`crate::kernels::attention`]: appends each sequence's keys and values to its cache slot
+/// and returns `[rows, heads * head_dim]`, or `None` (touching nothing) when the tensors are
+/// not the CPU backend's.
+fn attend_on_cpu<B: Backend>(
+    query: &Tensor<B, 3>,
+    key: &Tensor<B, 3>,
+    value: &Tensor<B, 3>,
+    context: &AttentionContext<B>,
+    cache: &mut KvCache<B>,
+    layer: usize,
+) -> Option<Tensor<B, 2>> {
+    let (q, k, v) = (f32_storage(query)?, f32_storage(key)?, f32_storage(value)?);
+    let [rows, heads, head_dim] = query.dims();
+    let kv_heads = key.dims()[1];
+    let device = query.device();
+    let kv_width = kv_heads * head_dim;
+    // Each sequence's new keys and values, head-major as the cache keeps them.
+    let histories: Vec<(FlexTensor, FlexTensor)> = context
+        .spans()
+        .iter()
+        .map(|span| {
+            let new_rows = span.start * kv_width..(span.start + span.len) * kv_width;
+            let new_entries = |storage: &FlexTensor| {
+                let entries = head_major(&values(storage)[new_rows.clone()], kv_heads, head_dim);
+                Tensor::<B, 3>::from_data(
+                    TensorData::new(entries, [kv_heads, span.len, head_dim]),
+                    &device,
+                )
+            };
+            let (keys, vals) = cache.append(layer, span.slot, new_entries(&k), new_entries(&v));
+            (contiguous_storage(keys), contiguous_storage(vals))
+        })
+        .collect();
+
+    let width = heads * head_dim;
+    let mut out = vec![0.0f32; rows * width];
+    let mut jobs = Vec::with_capacity(histories.len());
+    let mut rest = out.as_mut_slice();
+    for (span, history) in context.spans().iter().zip(&histories) {
+        let (mine, tail) = rest.split_at_mut(span.len * width);
+        jobs.push((span, history, mine));
+        rest = tail;
+    }
+    let query = values(&q);
+    type Job<'a, B> = (
+        &'a SequenceSpan<B>,
+        &'a (FlexTensor, FlexTensor),
+        &'a mut [f32],
+    );
+    let run = |(span, (keys, vals), out): Job<'_, B>| {
+        let shape = AttentionShape {
+            rows: span.len,
+            len: span.cached + span.len,
+            num_heads: heads,
+            num_kv_heads: kv_heads,
+            head_dim,
+        };
+        let visibility = match &span.visibility {
+            SpanVisibility::Causal => Visibility::Causal {
+                cached: span.cached,
+            },
+            SpanVisibility::Explicit(visible) => Visibility::Mask(visible),
+        };
+        let rows = span.start * width..(span.start + span.len) * width;
+        grouped_query_attention(
+            &query[rows],
+            values(keys),
+            values(vals),
+            &shape,
+            &visibility,
+            out,
+        );
+    };
+    if jobs.len() > 1 {
+        jobs.into_par_iter().for_each(run);
+    } else {
+        jobs.into_iter().for_each(run);
+    }
+    Some(Tensor::from_data(
+        TensorData::new(out, [rows, width]),
+        &device,
+    ))
+}
+
+/// `[rows, heads, head_dim]` values as `[heads, rows, head_dim]`.
+fn head_major(rows: &[f32], heads: usize, head_dim: usize) -> Vec<f32> {
+    let n = rows.len() / (heads * head_dim).max(1);
+    let mut out = Vec::with_capacity(rows.len());
+    for h in 0..heads {
+        for r in 0..n {
+            let start = (r * heads + h) * head_dim;
+            out.extend_from_slice(&rows[start..start + head_dim]);
+        }
+    }
+    out
+}
+
+/// The CPU storage of a cache tensor, copied to a contiguous buffer if it is a view.
+fn contiguous_storage<B: Backend>(tensor: Tensor<B, 3>) -> FlexTensor {
+    f32_storage(&tensor).unwrap_or_else(|| {
+        let device = tensor.device();
+        let copy = Tensor::<B, 3>::from_data(tensor.into_data(), &device);
+        f32_storage(&copy).expect("a fresh CPU tensor is contiguous")
+    })
+}
+
+/// Multiply-adds from which the CPU backend parallelizes one matrix product by itself.
+const PARALLEL_WORK: usize = 192 * 192 * 192;
 
 /// Scaled dot-product attention of `query` (`[1, kv_heads, rows, head_dim]`) over `keys` and
 /// `values` (`[1, kv_heads, len, head_dim]`), `mask` (`[1, 1, rows, len]`, `true` = hidden).

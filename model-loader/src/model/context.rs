@@ -1,7 +1,8 @@
 //! `AttentionContext`: what every attention layer of one forward pass shares: where each
 //! sequence's rows are, how long its cache is, its RoPE tables and its attention mask.
 
-use super::{ForwardBatch, KvCache, ModelError, Rope, RopeTables};
+use super::{ForwardBatch, KvCache, ModelError, Rope, RopeTables, SequenceInput};
+use crate::kernels::flex::is_flex;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Tensor, TensorData};
 
@@ -17,8 +18,43 @@ pub struct SequenceSpan<B: Backend> {
     /// Tokens already cached for the slot.
     pub cached: usize,
     /// `[1, 1, group * len, cached + len]`, `true` = masked out; rows are ordered
-    /// `(query head within its group, new row)`. `None` when a single row sees everything.
+    /// `(query head within its group, new row)`. `None` when a single row sees everything,
+    /// and on the CPU backend, whose attention kernel reads [`SequenceSpan::visibility`].
     pub(crate) mask: Option<Tensor<B, 4, Bool>>,
+    /// Which keys the new rows see.
+    pub(crate) visibility: SpanVisibility,
+}
+
+/// Which keys (cached rows, then new rows) the new rows of a sequence see.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum SpanVisibility {
+    /// Every cached row, and new rows up to and including their own.
+    Causal,
+    /// Row-major `[len, cached + len]`, `true` = visible.
+    Explicit(Vec<bool>),
+}
+
+impl SpanVisibility {
+    fn of(sequence: &SequenceInput, cached: usize) -> Self {
+        if sequence.mask.is_none() && sequence.history_mask.is_none() {
+            return Self::Causal;
+        }
+        let len = sequence.len();
+        let mut visible = Vec::with_capacity(len * (cached + len));
+        for row in 0..len {
+            visible.extend((0..cached).map(|col| sequence.may_attend_cached(row, col)));
+            visible.extend((0..len).map(|col| sequence.may_attend(row, col)));
+        }
+        Self::Explicit(visible)
+    }
+
+    /// Whether new row `row` of a span with `cached` cached rows sees key `col`.
+    fn sees(&self, row: usize, col: usize, cached: usize, len: usize) -> bool {
+        match self {
+            Self::Causal => col <= cached + row,
+            Self::Explicit(visible) => visible[row * (cached + len) + col],
+        }
+    }
 }
 
 /// Per-forward data shared by all attention layers.
@@ -74,18 +110,16 @@ impl<B: Backend> AttentionContext<B> {
             .map(|sequence| {
                 let len = sequence.len();
                 let cached = cache.len(sequence.slot);
-                let mask = (len > 1 || sequence.history_mask.is_some()).then(|| {
+                let visibility = SpanVisibility::of(sequence, cached);
+                let needs_mask = len > 1 || sequence.history_mask.is_some();
+                let mask = (needs_mask && !is_flex::<B>()).then(|| {
                     let columns = cached + len;
                     let mut masked = Vec::with_capacity(group_size * len * columns);
                     for _ in 0..group_size {
                         for row in 0..len {
-                            match &sequence.history_mask {
-                                // Cached rows are all visible unless a history mask says
-                                // otherwise (the common case stays a plain fill).
-                                None => masked.extend(std::iter::repeat_n(false, cached)),
-                                Some(visible) => masked.extend(visible[row].iter().map(|v| !v)),
-                            }
-                            masked.extend((0..len).map(|col| !sequence.may_attend(row, col)));
+                            masked.extend(
+                                (0..columns).map(|col| !visibility.sees(row, col, cached, len)),
+                            );
                         }
                     }
                     let shape = [1, 1, group_size * len, columns];
@@ -97,6 +131,7 @@ impl<B: Backend> AttentionContext<B> {
                     len,
                     cached,
                     mask,
+                    visibility,
                 };
                 start += len;
                 span
@@ -135,22 +170,26 @@ mod tests {
     use super::*;
     use crate::config::RopeConfig;
     use crate::model::SequenceInput;
-    use burn::backend::Flex;
+    use burn::backend::{Autodiff, Flex};
 
-    type B = Flex;
-
-    #[test]
-    fn spans_and_group_tiled_masks() {
+    /// Slot 0 gets one new row; slot 2 (two cached tokens) two.
+    fn sample_context<B: Backend>() -> AttentionContext<B> {
         let mut cache = KvCache::<B>::new(1, 3);
-        cache.advance(2, 2); // Slot 2 holds two tokens.
+        cache.advance(2, 2);
         let batch = ForwardBatch::new(vec![
             SequenceInput::new(0, vec![1], 0),
             SequenceInput::new(2, vec![1, 2], 2),
         ]);
         let rope = Rope::new(&RopeConfig::default(), 4);
-        let context = AttentionContext::new(&batch, &cache, &rope, 4, 2, &Default::default());
         let bad = ForwardBatch::new(vec![SequenceInput::new(5, vec![1], 0)]);
         assert!(AttentionContext::try_new(&bad, &cache, &rope, 4, 2, &Default::default()).is_err());
+        AttentionContext::new(&batch, &cache, &rope, 4, 2, &Default::default())
+    }
+
+    #[test]
+    fn spans_and_group_tiled_masks() {
+        // A generic backend gets mask tensors.
+        let context = sample_context::<Autodiff<Flex>>();
         assert_eq!(context.group_size(), 2);
         assert_eq!(context.num_rows(), 3);
         let spans = context.spans();
@@ -163,11 +202,30 @@ mod tests {
             (spans[1].slot, spans[1].start, spans[1].len, spans[1].cached),
             (2, 1, 2, 2)
         );
+        assert_eq!(spans[1].visibility, SpanVisibility::Causal);
         let mask = spans[1].mask.clone().unwrap();
         assert_eq!(mask.dims(), [1, 1, 4, 4]);
         let masked: Vec<bool> = mask.into_data().to_vec().unwrap();
         // Each group repeats rows (new row 0, new row 1) over 2 cached + 2 new columns.
         let block = [false, false, false, true, false, false, false, false];
         assert_eq!(masked, [block, block].concat());
+
+        // The CPU backend's kernel reads the visibility instead.
+        let context = sample_context::<Flex>();
+        assert!(context.spans().iter().all(|s| s.mask.is_none()));
+        assert_eq!(context.spans()[1].visibility, SpanVisibility::Causal);
+    }
+
+    #[test]
+    fn explicit_visibility_joins_history_and_tree_masks() {
+        let mut sequence = SequenceInput::new(0, vec![1, 2], 2);
+        sequence.mask = Some(vec![vec![true, false], vec![false, true]]);
+        sequence.history_mask = Some(vec![vec![true, false], vec![true, true]]);
+        let visibility = SpanVisibility::of(&sequence, 2);
+        let expected = [true, false, true, false, true, true, false, true];
+        assert_eq!(visibility, SpanVisibility::Explicit(expected.to_vec()));
+        for (i, &e) in expected.iter().enumerate() {
+            assert_eq!(visibility.sees(i / 4, i % 4, 2, 2), e);
+        }
     }
 }

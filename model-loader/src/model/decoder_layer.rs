@@ -4,7 +4,7 @@
 
 use super::attention::{Attention, AttentionSpec};
 use super::mlp::{Mlp, MlpSpec};
-use super::rms_norm::{export_rms_norm, init_rms_norm, load_rms_norm, RmsNorm};
+use super::rms_norm::{export_rms_norm, init_rms_norm, load_rms_norm, rms_norm, RmsNorm};
 use super::{AttentionContext, KvCache, WeightLoader};
 use crate::checkpoint::ExportedTensor;
 use crate::config::LlamaConfig;
@@ -151,7 +151,7 @@ impl<B: Backend> DecoderLayer<B> {
         layer: usize,
     ) -> Tensor<B, 2> {
         let attention_input = match &self.input_norm {
-            Some(norm) => norm.forward(x.clone()),
+            Some(norm) => rms_norm(norm, x.clone()),
             None => x.clone(),
         };
         let x = x + self
@@ -159,7 +159,7 @@ impl<B: Backend> DecoderLayer<B> {
             .forward(attention_input, context, cache, layer);
         let mlp_out = self
             .mlp
-            .forward(self.post_attention_norm.forward(x.clone()));
+            .forward(rms_norm(&self.post_attention_norm, x.clone()));
         x + mlp_out
     }
 }

@@ -1,10 +1,10 @@
 //! Reading parameters back out as [`ExportedTensor`]s in Hugging Face layout (linear weights
-//! transposed to `[out, in]`, column blocks joined): the inverse of [`super::WeightLoader`].
+//! `[out, in]`, the blocks of a layer joined): the inverse of [`super::WeightLoader`].
 //! Values come through `into_data().convert::<f32>()`, so export works on any backend
 //! (including `Autodiff` ones, through `Param::val`).
 
-use crate::checkpoint::{transpose, ExportedTensor};
-use burn::nn::Linear;
+use super::linear::LinearBlock;
+use crate::checkpoint::ExportedTensor;
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
@@ -25,18 +25,21 @@ pub fn export_tensor<B: Backend, const D: usize>(
     ExportedTensor::f32(name, shape, tensor_values(tensor))
 }
 
-/// Column blocks of one linear layer (burn's `[in, width_i]` weights) as one Hugging Face
-/// projection: `{prefix}.weight` `[out, in]` and, when any block has a bias, `{prefix}.bias`
-/// `[out]` (a block without one contributes zeros, which is what it adds).
-pub(crate) fn export_linear<B: Backend>(blocks: &[Linear<B>], prefix: &str) -> Vec<ExportedTensor> {
-    let d_in = blocks.first().map_or(0, |b| b.weight.dims()[0]);
+/// The blocks of one linear layer (`[out_i, in]` weights) as one Hugging Face projection:
+/// `{prefix}.weight` `[out, in]` and, when any block has a bias, `{prefix}.bias` `[out]` (a
+/// block without one contributes zeros, which is what it adds).
+pub(crate) fn export_linear<B: Backend>(
+    blocks: &[LinearBlock<B>],
+    prefix: &str,
+) -> Vec<ExportedTensor> {
+    let d_in = blocks.first().map_or(0, |b| b.dims().0);
     let mut weight = Vec::new();
     let mut bias = Vec::new();
     let mut has_bias = false;
     for block in blocks {
-        let [rows, width] = block.weight.dims();
+        let (rows, width) = block.dims();
         debug_assert_eq!(rows, d_in, "the blocks of a layer share their input");
-        weight.extend(transpose(&tensor_values(block.weight.val()), rows, width));
+        weight.extend(tensor_values(block.weight.val()));
         match &block.bias {
             Some(b) => {
                 has_bias = true;
@@ -67,7 +70,7 @@ mod tests {
     use crate::fixtures::eagle::{write_tiny_eagle1, TinyEagle1Options};
     use crate::fixtures::llama::{write_tiny_llama, TinyLlamaOptions};
     use crate::model::{
-        export_rms_norm, load_rms_norm, ColumnBlock, DecoderLayer, DecoderLayerSpec, SplitLinear,
+        export_rms_norm, load_rms_norm, BlockWeights, DecoderLayer, DecoderLayerSpec, SplitLinear,
         WeightLoader,
     };
     use burn::backend::Flex;
@@ -105,10 +108,8 @@ mod tests {
         write_tiny_llama(dir.path(), &options).unwrap();
         let checkpoint = Checkpoint::open(dir.path()).unwrap();
         let spec = DecoderLayerSpec::from_config(&options.config());
-        // Column blocks of one projection (o_proj, down_proj) are concatenated back.
-        for blocks in [1, 3] {
-            let mut loader =
-                WeightLoader::<B>::new(&checkpoint, &Default::default()).with_column_blocks(blocks);
+        {
+            let mut loader = WeightLoader::<B>::new(&checkpoint, &Default::default());
             let layer = DecoderLayer::load(&mut loader, "model.layers.1", &spec).unwrap();
             assert!(layer.has_input_norm());
             assert_reproduces(
@@ -128,10 +129,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         write_tiny_eagle1(dir.path(), &target, &TinyEagle1Options::default()).unwrap();
         let checkpoint = Checkpoint::open(dir.path()).unwrap();
-        let mut loader =
-            WeightLoader::<B>::new(&checkpoint, &Default::default()).with_column_blocks(4);
+        let mut loader = WeightLoader::<B>::new(&checkpoint, &Default::default());
         let fc = loader.linear("fc", 128, 64, true).unwrap();
-        assert_eq!(fc.num_blocks(), 4);
+        assert_eq!(fc.num_blocks(), 1);
         assert_reproduces(&checkpoint, "fc.", &fc.export_projection("fc"));
         let spec = DecoderLayerSpec::from_config(&target).without_input_norm();
         let layer = DecoderLayer::load(&mut loader, "layers.0", &spec).unwrap();
@@ -141,18 +141,24 @@ mod tests {
 
     #[test]
     fn blocks_without_bias_export_zero_bias() {
-        let weight: Vec<f32> = (0..3 * 4).map(|v| v as f32).collect(); // [in 3, out 4]
-        let mut blocks = ColumnBlock::split(&weight, Some(&[1.0, 2.0, 3.0, 4.0]), 4, 2);
-        blocks[1].bias = None;
+        let weight: Vec<f32> = (0..4 * 3).map(|v| v as f32).collect(); // [out 4, in 3]
+        let blocks = vec![
+            BlockWeights {
+                weight: weight[..6].to_vec(),
+                bias: Some(vec![1.0, 2.0]),
+                out: 2,
+            },
+            BlockWeights {
+                weight: weight[6..].to_vec(),
+                bias: None,
+                out: 2,
+            },
+        ];
         let layer = SplitLinear::<B>::from_blocks(blocks, 3, &Default::default());
         let out = layer.export_projection("p");
         assert_eq!(out[0].name, "p.weight");
         assert_eq!(out[0].shape, vec![4, 3]);
-        // Row o of the `[out, in]` weight is column o of burn's `[in, out]` weight.
-        assert_eq!(
-            out[0].as_f32().unwrap(),
-            [0.0, 4.0, 8.0, 1.0, 5.0, 9.0, 2.0, 6.0, 10.0, 3.0, 7.0, 11.0]
-        );
+        assert_eq!(out[0].as_f32().unwrap(), weight);
         assert_eq!(out[1].as_f32().unwrap(), [1.0, 2.0, 0.0, 0.0]);
 
         let parts = layer.export_projections(&["a", "b"]);

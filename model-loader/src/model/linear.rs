@@ -1,117 +1,136 @@
-//! `SplitLinear`: a linear layer whose output columns are stored as a few contiguous blocks,
-//! multiplied in parallel when the product is small.
+//! `SplitLinear`: a linear layer made of one or more projections of the same input (q, k and
+//! v; gate and up), each kept as its own block so that each output comes out contiguous.
 //!
-//! The blocks are either the projections of a fused layer (q, k, v; gate, up), each kept as its
-//! own contiguous output, or equal column blocks of one projection. The CPU backend runs a
-//! matrix product single-threaded below [`PARALLEL_WORK`] multiply-adds, which covers every
-//! decode-time projection of a small model (one row times a `[576, 3072]` weight is 1.8M).
-//! Decoding is bound by reading the weights, so below that size the blocks are multiplied on
-//! different worker threads and every core streams its share; larger products run block after
-//! block, each parallel inside.
+//! Weights are stored as Hugging Face stores them, `[out, in]`: every output is the dot
+//! product of an input row with a contiguous weight row. On the CPU backend in `f32`, products
+//! of up to [`MAX_GEMV_ROWS`] rows (decoding, draft verification, small batches) run on the
+//! weight-streaming kernel of [`crate::kernels::gemv`], all blocks in one parallel pass; larger
+//! products, and every other backend, use burn's matrix product on the transposed weight.
 
 use super::export::export_linear;
 use crate::checkpoint::ExportedTensor;
+use crate::kernels::flex::{f32_storage, values};
+use crate::kernels::gemv::{project_rows, ProjectionRef};
 use burn::module::{Module, Param};
-use burn::nn::{Linear, LinearConfig};
+use burn::nn::Initializer;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
-use rayon::prelude::*;
 
-/// Multiply-adds from which the CPU backend parallelizes one matrix product by itself.
-pub const PARALLEL_WORK: usize = 192 * 192 * 192;
+pub use crate::kernels::gemv::MAX_GEMV_ROWS;
 
-/// A linear layer `y = x W + b` with `W` (`[in, out]`) stored as column blocks.
+/// One projection: `y = x Wᵀ + b` with `W` stored `[out, in]`.
 #[derive(Module, Debug)]
-pub struct SplitLinear<B: Backend> {
-    blocks: Vec<Linear<B>>,
+pub struct LinearBlock<B: Backend> {
+    /// `[out, in]`.
+    pub(crate) weight: Param<Tensor<B, 2>>,
+    /// `[out]`.
+    pub(crate) bias: Option<Param<Tensor<B, 1>>>,
 }
 
-/// One column block: a row-major `[d_in, width]` weight and an optional `[width]` bias.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ColumnBlock {
-    /// Row-major `[d_in, width]` weight.
-    pub weight: Vec<f32>,
-    /// Optional bias.
-    pub bias: Option<Vec<f32>>,
-    /// Number of columns.
-    pub width: usize,
-}
+impl<B: Backend> LinearBlock<B> {
+    /// Input and output widths.
+    pub fn dims(&self) -> (usize, usize) {
+        let [d_out, d_in] = self.weight.dims();
+        (d_in, d_out)
+    }
 
-impl ColumnBlock {
-    /// Cuts a row-major `[d_in, d_out]` weight (and optional bias) into `count` blocks of
-    /// nearly equal width (`count` is clamped to `1..=d_out`).
-    pub fn split(weight: &[f32], bias: Option<&[f32]>, d_out: usize, count: usize) -> Vec<Self> {
-        let count = count.clamp(1, d_out.max(1));
-        let bounds: Vec<usize> = (0..=count).map(|i| i * d_out / count).collect();
-        bounds
-            .windows(2)
-            .map(|w| {
-                let (start, end) = (w[0], w[1]);
-                Self {
-                    weight: weight
-                        .chunks_exact(d_out)
-                        .flat_map(|row| row[start..end].iter().copied())
-                        .collect(),
-                    bias: bias.map(|b| b[start..end].to_vec()),
-                    width: end - start,
-                }
-            })
-            .collect()
+    /// `[rows, in]` -> `[rows, out]` with burn's operations.
+    fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        let y = x.matmul(self.weight.val().transpose());
+        match &self.bias {
+            Some(bias) => y + bias.val().unsqueeze_dim(0),
+            None => y,
+        }
     }
 }
 
+/// The values of one block: a row-major `[out, in]` weight and an optional `[out]` bias.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BlockWeights {
+    /// Row-major `[out, in]` weight (Hugging Face layout).
+    pub weight: Vec<f32>,
+    /// Optional bias.
+    pub bias: Option<Vec<f32>>,
+    /// Number of outputs.
+    pub out: usize,
+}
+
+/// A linear layer whose outputs are one or more blocks (see the module docs).
+#[derive(Module, Debug)]
+pub struct SplitLinear<B: Backend> {
+    blocks: Vec<LinearBlock<B>>,
+}
+
 impl<B: Backend> SplitLinear<B> {
-    /// A randomly initialized layer of one block per output width in `widths` (for training).
+    /// A randomly initialized layer of one block per output width in `widths` (for training),
+    /// drawn as burn's `Linear` draws: uniform in `±1/sqrt(d_in)`.
     pub fn init(d_in: usize, widths: &[usize], bias: bool, device: &B::Device) -> Self {
+        let initializer = Initializer::KaimingUniform {
+            gain: 1.0 / 3.0f64.sqrt(),
+            fan_out_only: false,
+        };
         Self {
             blocks: widths
                 .iter()
-                .map(|&w| LinearConfig::new(d_in, w).with_bias(bias).init(device))
+                .map(|&out| LinearBlock {
+                    weight: initializer.init_with([out, d_in], Some(d_in), Some(out), device),
+                    bias: bias.then(|| initializer.init_with([out], Some(d_in), Some(out), device)),
+                })
                 .collect(),
         }
     }
 
-    /// A layer from column blocks of a `d_in`-row weight.
-    pub fn from_blocks(blocks: Vec<ColumnBlock>, d_in: usize, device: &B::Device) -> Self {
+    /// A layer from the values of its blocks, all `d_in` wide.
+    pub fn from_blocks(blocks: Vec<BlockWeights>, d_in: usize, device: &B::Device) -> Self {
         let blocks = blocks
             .into_iter()
-            .map(|block| Linear {
+            .map(|block| LinearBlock {
                 weight: Param::from_tensor(Tensor::from_data(
-                    TensorData::new(block.weight, [d_in, block.width]),
+                    TensorData::new(block.weight, [block.out, d_in]),
                     device,
                 )),
                 bias: block.bias.map(|b| {
-                    Param::from_tensor(Tensor::from_data(TensorData::new(b, [block.width]), device))
+                    Param::from_tensor(Tensor::from_data(TensorData::new(b, [block.out]), device))
                 }),
             })
             .collect();
         Self { blocks }
     }
 
-    /// Number of column blocks.
+    /// A one-block layer without bias sharing `weight` (`[out, in]`), e.g. a tied lm_head on
+    /// the embedding table.
+    pub fn from_weight(weight: Tensor<B, 2>) -> Self {
+        Self {
+            blocks: vec![LinearBlock {
+                weight: Param::from_tensor(weight),
+                bias: None,
+            }],
+        }
+    }
+
+    /// Number of blocks.
     pub fn num_blocks(&self) -> usize {
         self.blocks.len()
     }
 
-    /// The whole layer as one Hugging Face projection, whatever its column blocks:
-    /// `{prefix}.weight` (`[out, in]`, the blocks' columns in order) and, when any block has
-    /// a bias, `{prefix}.bias` (`[out]`; zeros for blocks without one).
+    /// The whole layer as one Hugging Face projection: `{prefix}.weight` (`[out, in]`, the
+    /// blocks' rows in order) and, when any block has a bias, `{prefix}.bias` (`[out]`; zeros
+    /// for blocks without one).
     pub fn export_projection(&self, prefix: &str) -> Vec<ExportedTensor> {
         export_linear(&self.blocks, prefix)
     }
 
     /// A fused layer as one projection per block, in block order: `{prefixes[i]}.weight`
-    /// (`[width_i, in]`) and `{prefixes[i]}.bias` when block `i` has a bias. This is the
+    /// (`[out_i, in]`) and `{prefixes[i]}.bias` when block `i` has a bias. This is the
     /// inverse of [`super::WeightLoader::projections`].
     ///
     /// # Panics
-    /// If `prefixes` does not name exactly one projection per block (a layer cut into column
-    /// blocks of one projection must be exported with [`SplitLinear::export_projection`]).
+    /// If `prefixes` does not name exactly one projection per block.
     pub fn export_projections(&self, prefixes: &[&str]) -> Vec<ExportedTensor> {
         assert_eq!(
             prefixes.len(),
             self.blocks.len(),
-            "export_projections: {} prefixes {prefixes:?} for a layer of {} column blocks",
+            "export_projections: {} prefixes {prefixes:?} for a layer of {} blocks",
             prefixes.len(),
             self.blocks.len()
         );
@@ -122,21 +141,55 @@ impl<B: Backend> SplitLinear<B> {
             .collect()
     }
 
-    /// Each block's output `[rows, width_i]` for input `[rows, in]`, in block order.
+    /// Each block's output `[rows, out_i]` for input `[rows, in]`, in block order.
     pub fn forward_blocks(&self, x: Tensor<B, 2>) -> Vec<Tensor<B, 2>> {
-        let [rows, d_in] = x.dims();
-        let d_out: usize = self.blocks.iter().map(|b| b.weight.dims()[1]).sum();
-        if self.blocks.len() > 1 && rows * d_in * d_out < PARALLEL_WORK {
-            self.blocks
-                .par_iter()
-                .map(|block| block.forward(x.clone()))
-                .collect()
-        } else {
-            self.blocks
-                .iter()
-                .map(|block| block.forward(x.clone()))
-                .collect()
+        if let Some(outputs) = self.forward_blocks_gemv(&x) {
+            return outputs;
         }
+        self.blocks
+            .iter()
+            .map(|block| block.forward(x.clone()))
+            .collect()
+    }
+
+    /// The CPU kernel path of [`SplitLinear::forward_blocks`], when it applies.
+    fn forward_blocks_gemv(&self, x: &Tensor<B, 2>) -> Option<Vec<Tensor<B, 2>>> {
+        let [rows, d_in] = x.dims();
+        if rows > MAX_GEMV_ROWS {
+            return None;
+        }
+        let input = f32_storage(x)?;
+        let storages = self
+            .blocks
+            .iter()
+            .map(|block| {
+                let weight = f32_storage(&block.weight.val())?;
+                let bias = match &block.bias {
+                    Some(bias) => Some(f32_storage(&bias.val())?),
+                    None => None,
+                };
+                Some((weight, bias))
+            })
+            .collect::<Option<Vec<_>>>()?;
+        let projections: Vec<ProjectionRef<'_>> = storages
+            .iter()
+            .map(|(weight, bias)| ProjectionRef {
+                weight: values(weight),
+                bias: bias.as_ref().map(values),
+            })
+            .collect();
+        let device = x.device();
+        let outputs = project_rows(values(&input), rows, d_in, &projections);
+        Some(
+            outputs
+                .into_iter()
+                .zip(&self.blocks)
+                .map(|(out, block)| {
+                    let (_, d_out) = block.dims();
+                    Tensor::from_data(TensorData::new(out, [rows, d_out]), &device)
+                })
+                .collect(),
+        )
     }
 
     /// `[rows, in]` -> `[rows, out]`.
@@ -153,48 +206,52 @@ impl<B: Backend> SplitLinear<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use burn::backend::Flex;
+    use burn::backend::{Autodiff, Flex};
 
-    type B = Flex;
+    fn layer<B: Backend>(d_in: usize, widths: &[usize]) -> SplitLinear<B> {
+        let blocks = widths
+            .iter()
+            .enumerate()
+            .map(|(b, &out)| BlockWeights {
+                weight: (0..out * d_in)
+                    .map(|v| ((v + 31 * b) as f32 * 0.37).sin())
+                    .collect(),
+                bias: (b != 1).then(|| (0..out).map(|v| v as f32 * 0.1).collect()),
+                out,
+            })
+            .collect();
+        SplitLinear::from_blocks(blocks, d_in, &Default::default())
+    }
 
-    #[test]
-    fn split_blocks_cover_the_columns() {
-        let weight: Vec<f32> = (0..2 * 5).map(|v| v as f32).collect(); // [2, 5]
-        let blocks = ColumnBlock::split(&weight, Some(&[1.0, 2.0, 3.0, 4.0, 5.0]), 5, 2);
-        assert_eq!(blocks.len(), 2);
-        assert_eq!((blocks[0].width, blocks[1].width), (2, 3));
-        assert_eq!(blocks[0].weight, vec![0.0, 1.0, 5.0, 6.0]);
-        assert_eq!(blocks[1].weight, vec![2.0, 3.0, 4.0, 7.0, 8.0, 9.0]);
-        assert_eq!(blocks[1].bias.as_deref(), Some([3.0, 4.0, 5.0].as_slice()));
-        assert_eq!(ColumnBlock::split(&weight, None, 5, 9).len(), 5);
+    fn run<B: Backend>(layer: &SplitLinear<B>, rows: usize, d_in: usize) -> Vec<f32> {
+        let x: Vec<f32> = (0..rows * d_in).map(|v| (v as f32 * 0.11).cos()).collect();
+        let x = Tensor::<B, 2>::from_data(TensorData::new(x, [rows, d_in]), &Default::default());
+        let out = layer.forward(x);
+        out.into_data().convert::<f32>().to_vec().unwrap()
     }
 
     #[test]
-    fn split_layer_equals_whole_layer() {
-        let device = Default::default();
-        let (d_in, d_out) = (7, 11);
-        let weight: Vec<f32> = (0..d_in * d_out).map(|v| (v as f32 * 0.37).sin()).collect();
-        let bias: Vec<f32> = (0..d_out).map(|v| v as f32 * 0.1).collect();
-        let whole = SplitLinear::<B>::from_blocks(
-            ColumnBlock::split(&weight, Some(&bias), d_out, 1),
-            d_in,
-            &device,
-        );
-        let split = SplitLinear::<B>::from_blocks(
-            ColumnBlock::split(&weight, Some(&bias), d_out, 3),
-            d_in,
-            &device,
-        );
-        assert_eq!((whole.num_blocks(), split.num_blocks()), (1, 3));
-        for rows in [1, 300] {
-            let x: Vec<f32> = (0..rows * d_in).map(|v| (v as f32 * 0.11).cos()).collect();
-            let x = Tensor::<B, 2>::from_data(TensorData::new(x, [rows, d_in]), &device);
-            let a: Vec<f32> = whole.forward(x.clone()).into_data().to_vec().unwrap();
-            let b: Vec<f32> = split.forward(x).into_data().to_vec().unwrap();
-            assert_eq!(a.len(), rows * d_out);
+    fn kernel_and_generic_paths_agree() {
+        let (d_in, widths) = (37, [11, 5, 20]);
+        let cpu = layer::<Flex>(d_in, &widths);
+        // Autodiff<Flex> runs burn's generic operations on the same values.
+        let generic = layer::<Autodiff<Flex>>(d_in, &widths);
+        // Below, at and above the kernel's row limit.
+        for rows in [1, 3, MAX_GEMV_ROWS, MAX_GEMV_ROWS + 1, 300] {
+            let (a, b) = (run(&cpu, rows, d_in), run(&generic, rows, d_in));
+            assert_eq!(a.len(), rows * 36);
             for (a, b) in a.iter().zip(&b) {
-                assert!((a - b).abs() < 1e-5, "{a} vs {b}");
+                assert!((a - b).abs() < 1e-4, "{rows} rows: {a} vs {b}");
             }
         }
+    }
+
+    #[test]
+    fn blocks_come_out_separately() {
+        let cpu = layer::<Flex>(8, &[3, 2]);
+        let x = Tensor::<Flex, 2>::ones([2, 8], &Default::default());
+        let parts = cpu.forward_blocks(x);
+        assert_eq!(parts.len(), 2);
+        assert_eq!((parts[0].dims(), parts[1].dims()), ([2, 3], [2, 2]));
     }
 }

@@ -2,12 +2,12 @@
 //! passes over a KV cache and feature taps for EAGLE drafters.
 
 use super::decoder_layer::{DecoderLayer, DecoderLayerSpec};
-use super::rms_norm::{load_rms_norm, RmsNorm};
+use super::rms_norm::{load_rms_norm, rms_norm, RmsNorm};
 use super::{
     AttentionContext, FeatureTap, ForwardBatch, ForwardOutput, KvCache, ModelError, Rope,
     SplitLinear, WeightLoader,
 };
-use crate::checkpoint::{transpose, Checkpoint};
+use crate::checkpoint::Checkpoint;
 use crate::config::LlamaConfig;
 use crate::LoadError;
 use burn::module::{Module, Param};
@@ -23,31 +23,13 @@ pub const LM_HEAD: &str = "lm_head.weight";
 /// Checkpoint name of the final norm weight.
 pub const FINAL_NORM: &str = "model.norm.weight";
 
-/// How a model is laid out in memory when loaded.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LoadOptions {
-    /// Column blocks per linear layer, multiplied in parallel (see [`SplitLinear`]). The
-    /// default is one per worker thread, for CPU decoding; use 1 on accelerators.
-    pub column_blocks: usize,
-}
-
-impl Default for LoadOptions {
-    fn default() -> Self {
-        Self {
-            column_blocks: rayon::current_num_threads(),
-        }
-    }
-}
-
 /// A Llama-family decoder-only language model.
 #[derive(Module, Debug)]
 pub struct LlamaModel<B: Backend> {
     embed_tokens: Embedding<B>,
     layers: Vec<DecoderLayer<B>>,
     norm: RmsNorm<B>,
-    /// `[hidden, vocab]`. A tied model keeps a transposed copy of the embedding table here:
-    /// the CPU matmul of a few rows (decode, draft verification) is 5-25% faster on it than on
-    /// a transposed view of the table, for one more table's worth of memory.
+    /// `[vocab, hidden]`; a tied model shares the embedding table's storage here.
     lm_head: SplitLinear<B>,
     #[module(skip)]
     config: LlamaConfig,
@@ -58,18 +40,9 @@ pub struct LlamaModel<B: Backend> {
 impl<B: Backend> LlamaModel<B> {
     /// Loads `config.json` and the safetensors checkpoint of a Hugging Face model directory.
     pub fn load(dir: &Path, device: &B::Device) -> Result<Self, LoadError> {
-        Self::load_with(dir, device, &LoadOptions::default())
-    }
-
-    /// [`LlamaModel::load`] with explicit options.
-    pub fn load_with(
-        dir: &Path,
-        device: &B::Device,
-        options: &LoadOptions,
-    ) -> Result<Self, LoadError> {
         let config = LlamaConfig::from_file(&dir.join("config.json"))?;
         let checkpoint = Checkpoint::open(dir)?;
-        Self::from_checkpoint_with(config, &checkpoint, device, options)
+        Self::from_checkpoint(config, &checkpoint, device)
     }
 
     /// Builds the model from a checkpoint in Hugging Face layout. Every tensor must be present
@@ -80,18 +53,7 @@ impl<B: Backend> LlamaModel<B> {
         checkpoint: &Checkpoint,
         device: &B::Device,
     ) -> Result<Self, LoadError> {
-        Self::from_checkpoint_with(config, checkpoint, device, &LoadOptions::default())
-    }
-
-    /// [`LlamaModel::from_checkpoint`] with explicit options.
-    pub fn from_checkpoint_with(
-        config: LlamaConfig,
-        checkpoint: &Checkpoint,
-        device: &B::Device,
-        options: &LoadOptions,
-    ) -> Result<Self, LoadError> {
-        let mut loader =
-            WeightLoader::new(checkpoint, device).with_column_blocks(options.column_blocks);
+        let mut loader = WeightLoader::new(checkpoint, device);
         loader
             .reader()
             .skip_where(|name| name.ends_with("rotary_emb.inv_freq"));
@@ -108,21 +70,21 @@ impl<B: Backend> LlamaModel<B> {
             .map(|i| DecoderLayer::load(loader, &format!("model.layers.{i}"), &spec))
             .collect();
         let norm = load_rms_norm(loader, FINAL_NORM, hidden, config.rms_norm_eps);
-        let lm_head = if loader.reader().contains(LM_HEAD) || !config.tie_word_embeddings {
-            loader.linear("lm_head", hidden, vocab, false)
-        } else {
-            embed.as_ref().map(|table| {
-                loader.split_linear(&transpose(table, vocab, hidden), None, hidden, vocab, 1)
-            })
+        let separate_head = loader.reader().contains(LM_HEAD) || !config.tie_word_embeddings;
+        let lm_head = separate_head.then(|| loader.linear("lm_head", hidden, vocab, false));
+        let table = loader.tensor(embed?, [vocab, hidden]);
+        let lm_head = match lm_head {
+            Some(head) => head?,
+            None => SplitLinear::from_weight(table.clone()),
         };
         let embed_tokens = Embedding {
-            weight: Param::from_tensor(loader.tensor(embed?, [vocab, hidden])),
+            weight: Param::from_tensor(table),
         };
         Some(Self {
             embed_tokens,
             layers: layers.into_iter().collect::<Option<_>>()?,
             norm: norm?,
-            lm_head: lm_head?,
+            lm_head,
             rope: Rope::new(&config.rope, config.head_dim),
             config,
         })
@@ -199,20 +161,20 @@ impl<B: Backend> LlamaModel<B> {
         let logits_rows = logits_row_indices(batch);
         let (logits, features) = match tap {
             FeatureTap::LastHidden => {
-                let normed = self.norm.forward(x);
+                let normed = rms_norm(&self.norm, x);
                 let picked = select_rows(normed.clone(), &logits_rows, &device);
                 (self.lm_head(picked), Some(normed))
             }
             FeatureTap::AuxLayers(_) => {
                 let picked = select_rows(x, &logits_rows, &device);
                 (
-                    self.lm_head(self.norm.forward(picked)),
+                    self.lm_head(rms_norm(&self.norm, picked)),
                     Some(Tensor::cat(aux, 1)),
                 )
             }
             FeatureTap::None => {
                 let picked = select_rows(x, &logits_rows, &device);
-                (self.lm_head(self.norm.forward(picked)), None)
+                (self.lm_head(rms_norm(&self.norm, picked)), None)
             }
         };
         Ok(ForwardOutput { logits, features })

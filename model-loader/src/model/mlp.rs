@@ -4,6 +4,8 @@ use super::weights::Projection;
 use super::{SplitLinear, WeightLoader};
 use crate::checkpoint::ExportedTensor;
 use crate::config::LlamaConfig;
+use crate::kernels::activation::silu_mul;
+use crate::kernels::flex::{f32_storage, update_in_place, values};
 use burn::module::Module;
 use burn::tensor::activation::silu;
 use burn::tensor::backend::Backend;
@@ -96,6 +98,11 @@ impl<B: Backend> Mlp<B> {
             .forward_blocks(x)
             .try_into()
             .unwrap_or_else(|_| panic!("the gate/up layer has two projections"));
-        self.down.forward(silu(gate) * up)
+        let gated = match f32_storage(&up) {
+            Some(up_storage) => update_in_place(gate, |gate| silu_mul(gate, values(&up_storage))),
+            None => Err(gate),
+        };
+        let gated = gated.unwrap_or_else(|gate| silu(gate) * up);
+        self.down.forward(gated)
     }
 }

@@ -1,14 +1,17 @@
 //! Rotary position embedding in the Hugging Face "rotate half" layout: pair `i` of a head is
 //! made of elements `i` and `i + head_dim / 2`.
 //!
-//! A rotation is computed as `x * cos + rotate_half(x) * sin` with `rotate_half(x) = x R` for a
-//! fixed signed permutation matrix `R` (exact: one non-zero per column), and `cos`/`sin` laid
-//! out at the full `[rows, heads, head_dim]` shape, so every step is a contiguous tensor
-//! operation (the CPU backend walks strided or head-broadcast operands element by element).
+//! On the CPU backend in `f32` the rotation runs in place ([`crate::kernels::rope`]). Elsewhere
+//! it is computed as `x * cos + rotate_half(x) * sin` with `rotate_half(x) = x R` for a fixed
+//! signed permutation matrix `R` (exact: one non-zero per column), and `cos`/`sin` laid out at
+//! the full `[rows, heads, head_dim]` shape, so every step is a contiguous tensor operation.
 
 use crate::config::RopeConfig;
+use crate::kernels::flex::update_in_place;
+use crate::kernels::rope::apply_rope;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
+use std::sync::OnceLock;
 
 /// RoPE of one model: the inverse frequencies of its head width.
 #[derive(Debug, Clone, PartialEq)]
@@ -29,47 +32,32 @@ impl Rope {
         &self.inverse_frequencies
     }
 
-    /// Rotation tables for rows at `positions`, for tensors with each of `head_counts` heads.
+    /// Rotation tables for rows at `positions`, for tensors with any of `head_counts` heads.
     pub fn tables<B: Backend>(
         &self,
         positions: &[usize],
         head_counts: &[usize],
         device: &B::Device,
     ) -> RopeTables<B> {
-        let half = self.inverse_frequencies.len();
-        let head_dim = 2 * half;
-        let angles: Vec<(f32, f32)> = positions
-            .iter()
-            .flat_map(|&position| {
-                self.inverse_frequencies.iter().map(move |&frequency| {
-                    let angle = position as f64 * frequency;
-                    (angle.cos() as f32, angle.sin() as f32)
-                })
-            })
-            .collect();
-        let expanded = |heads: usize, pick: fn(&(f32, f32)) -> f32| -> Tensor<B, 3> {
-            let mut values = Vec::with_capacity(positions.len() * heads * head_dim);
-            for row in angles.chunks_exact(half.max(1)).take(positions.len()) {
-                for _ in 0..heads {
-                    // Both elements of a pair rotate by the same angle.
-                    values.extend(row.iter().map(pick));
-                    values.extend(row.iter().map(pick));
-                }
+        let capacity = positions.len() * self.inverse_frequencies.len();
+        let (mut cos, mut sin) = (Vec::with_capacity(capacity), Vec::with_capacity(capacity));
+        for &position in positions {
+            for &frequency in &self.inverse_frequencies {
+                let angle = position as f64 * frequency;
+                cos.push(angle.cos() as f32);
+                sin.push(angle.sin() as f32);
             }
-            Tensor::from_data(
-                TensorData::new(values, [positions.len(), heads, head_dim]),
-                device,
-            )
-        };
+        }
         let mut heads: Vec<usize> = head_counts.to_vec();
         heads.sort_unstable();
         heads.dedup();
         RopeTables {
-            rotate_half: rotate_half_matrix(head_dim, device),
-            by_heads: heads
-                .into_iter()
-                .map(|h| (h, expanded(h, |a| a.0), expanded(h, |a| a.1)))
-                .collect(),
+            half: self.inverse_frequencies.len(),
+            cos,
+            sin,
+            heads,
+            device: device.clone(),
+            generic: OnceLock::new(),
         }
     }
 }
@@ -85,10 +73,27 @@ fn rotate_half_matrix<B: Backend>(head_dim: usize, device: &B::Device) -> Tensor
     Tensor::from_data(TensorData::new(r, [head_dim, head_dim]), device)
 }
 
-/// Rotation tables of one forward pass: for each prepared head count, `cos` and `sin` at
-/// `[rows, heads, head_dim]`.
+/// Rotation tables of one forward pass: `cos` and `sin` of every row's angles, applied by the
+/// CPU kernel on the `Flex` backend and as full-shape tensors elsewhere.
 #[derive(Debug, Clone)]
 pub struct RopeTables<B: Backend> {
+    /// Pairs per head (`head_dim / 2`).
+    half: usize,
+    /// `[rows, half]`.
+    cos: Vec<f32>,
+    /// `[rows, half]`.
+    sin: Vec<f32>,
+    /// Head counts the tables serve.
+    heads: Vec<usize>,
+    device: B::Device,
+    /// The tensors of burn's generic path, built on first use.
+    generic: OnceLock<GenericTables<B>>,
+}
+
+/// `x R` for the "rotate half" matrix `R`, and for each head count `cos` and `sin` at the full
+/// `[rows, heads, head_dim]` shape, so every step is a contiguous tensor operation.
+#[derive(Debug, Clone)]
+struct GenericTables<B: Backend> {
     rotate_half: Tensor<B, 2>,
     by_heads: Vec<(usize, Tensor<B, 3>, Tensor<B, 3>)>,
 }
@@ -100,29 +105,79 @@ impl<B: Backend> RopeTables<B> {
     /// If the tables were not prepared for `heads` heads.
     pub fn apply(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         let [rows, heads, head_dim] = x.dims();
-        let (_, cos, sin) = self
+        assert!(
+            self.heads.contains(&heads),
+            "RoPE tables were not prepared for {heads} heads"
+        );
+        let rotated = update_in_place(x, |values| {
+            apply_rope(values, rows, heads, head_dim, &self.cos, &self.sin);
+        });
+        match rotated {
+            Ok(x) => x,
+            Err(x) => self.apply_generic(x),
+        }
+    }
+
+    fn apply_generic(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        let [rows, heads, head_dim] = x.dims();
+        let tables = self.generic.get_or_init(|| self.generic_tables());
+        let (_, cos, sin) = tables
             .by_heads
             .iter()
             .find(|(h, _, _)| *h == heads)
-            .unwrap_or_else(|| panic!("RoPE tables were not prepared for {heads} heads"));
+            .expect("apply checked the head count");
         let rotated = x
             .clone()
             .reshape([rows * heads, head_dim])
-            .matmul(self.rotate_half.clone())
+            .matmul(tables.rotate_half.clone())
             .reshape([rows, heads, head_dim]);
         x * cos.clone() + rotated * sin.clone()
+    }
+
+    fn generic_tables(&self) -> GenericTables<B> {
+        let half = self.half;
+        let head_dim = 2 * half;
+        let rows = self.cos.len() / half.max(1);
+        let expanded = |heads: usize, table: &[f32]| -> Tensor<B, 3> {
+            let mut values = Vec::with_capacity(rows * heads * head_dim);
+            for row in table.chunks_exact(half.max(1)).take(rows) {
+                for _ in 0..heads {
+                    // Both elements of a pair rotate by the same angle.
+                    values.extend_from_slice(row);
+                    values.extend_from_slice(row);
+                }
+            }
+            Tensor::from_data(
+                TensorData::new(values, [rows, heads, head_dim]),
+                &self.device,
+            )
+        };
+        GenericTables {
+            rotate_half: rotate_half_matrix(head_dim, &self.device),
+            by_heads: self
+                .heads
+                .iter()
+                .map(|&h| (h, expanded(h, &self.cos), expanded(h, &self.sin)))
+                .collect(),
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use burn::backend::Flex;
+    use burn::backend::{Autodiff, Flex};
 
     type B = Flex;
 
     #[test]
     fn rotates_pairs_by_position_times_frequency() {
+        // The CPU kernel and burn's generic operations.
+        check_rotation::<Flex>();
+        check_rotation::<Autodiff<Flex>>();
+    }
+
+    fn check_rotation<B: Backend>() {
         let config = RopeConfig {
             theta: 100.0,
             scaling: None,
@@ -136,7 +191,12 @@ mod tests {
             .collect();
         let x =
             Tensor::<B, 3>::from_data(TensorData::new(x.clone(), [2, 2, 4]), &Default::default());
-        let out: Vec<f32> = tables.apply(x).into_data().to_vec().unwrap();
+        let out: Vec<f32> = tables
+            .apply(x)
+            .into_data()
+            .convert::<f32>()
+            .to_vec()
+            .unwrap();
         for (r, &p) in positions.iter().enumerate() {
             for h in 0..2 {
                 let scale = (h + 1) as f32;

@@ -1,9 +1,8 @@
-//! `WeightLoader`: builds burn parameters from checkpoint tensors in Hugging Face layout,
-//! transposing linear weights to burn's `[in, out]` and fusing projections that share an
-//! input. Problems are recorded by the underlying [`StrictReader`] and reported by
+//! `WeightLoader`: builds burn parameters from checkpoint tensors in Hugging Face layout
+//! (linear weights stay `[out, in]`), fusing projections that share an input. Problems are recorded by the underlying [`StrictReader`] and reported by
 //! [`WeightLoader::finish`].
 
-use super::linear::ColumnBlock;
+use super::linear::BlockWeights;
 use super::SplitLinear;
 use crate::checkpoint::{Checkpoint, CheckpointError, StrictReader};
 use burn::tensor::backend::Backend;
@@ -23,25 +22,15 @@ pub struct Projection<'p> {
 pub struct WeightLoader<'a, B: Backend> {
     reader: StrictReader<'a>,
     device: B::Device,
-    column_blocks: usize,
 }
 
 impl<'a, B: Backend> WeightLoader<'a, B> {
-    /// A loader over `checkpoint` putting tensors on `device`, splitting linear layers into
-    /// one column block per worker thread (see [`SplitLinear`]).
+    /// A loader over `checkpoint` putting tensors on `device`.
     pub fn new(checkpoint: &'a Checkpoint, device: &B::Device) -> Self {
         Self {
             reader: checkpoint.strict(),
             device: device.clone(),
-            column_blocks: rayon::current_num_threads(),
         }
-    }
-
-    /// Splits linear layers into `blocks` column blocks (1 keeps them whole, which suits
-    /// accelerators).
-    pub fn with_column_blocks(mut self, blocks: usize) -> Self {
-        self.column_blocks = blocks.max(1);
-        self
     }
 
     /// The underlying reader (for raw tensors such as `d2t`/`t2d`, or to skip buffers).
@@ -76,7 +65,7 @@ impl<'a, B: Backend> WeightLoader<'a, B> {
     }
 
     /// A linear layer from `{prefix}.weight` (`[d_out, d_in]`) and, with `bias`,
-    /// `{prefix}.bias` (`[d_out]`), cut into the configured number of column blocks.
+    /// `{prefix}.bias` (`[d_out]`).
     pub fn linear(
         &mut self,
         prefix: &str,
@@ -85,16 +74,10 @@ impl<'a, B: Backend> WeightLoader<'a, B> {
         bias: bool,
     ) -> Option<SplitLinear<B>> {
         let block = self.read_block(prefix, d_in, d_out, bias)?;
-        Some(self.split_linear(
-            &block.weight,
-            block.bias.as_deref(),
-            d_in,
-            d_out,
-            self.column_blocks,
-        ))
+        Some(SplitLinear::from_blocks(vec![block], d_in, &self.device))
     }
 
-    /// One linear layer computing several projections of the same input, one column block per
+    /// One linear layer computing several projections of the same input, one block per
     /// projection (so [`SplitLinear::forward_blocks`] returns each projection's output).
     pub fn projections(
         &mut self,
@@ -103,7 +86,7 @@ impl<'a, B: Backend> WeightLoader<'a, B> {
         bias: bool,
     ) -> Option<SplitLinear<B>> {
         // Read every part before giving up, so that every problem is recorded.
-        let blocks: Vec<Option<ColumnBlock>> = parts
+        let blocks: Vec<Option<BlockWeights>> = parts
             .iter()
             .map(|p| self.read_block(p.prefix, d_in, p.out, bias))
             .collect();
@@ -111,43 +94,25 @@ impl<'a, B: Backend> WeightLoader<'a, B> {
         Some(SplitLinear::from_blocks(blocks, d_in, &self.device))
     }
 
-    /// Reads `{prefix}.weight` transposed to `[d_in, d_out]` and, with `bias`, `{prefix}.bias`.
+    /// Reads `{prefix}.weight` (`[d_out, d_in]`) and, with `bias`, `{prefix}.bias`.
     fn read_block(
         &mut self,
         prefix: &str,
         d_in: usize,
         d_out: usize,
         bias: bool,
-    ) -> Option<ColumnBlock> {
-        let weight = self
-            .reader
-            .f32_transposed(&format!("{prefix}.weight"), [d_out, d_in]);
+    ) -> Option<BlockWeights> {
+        let weight = self.reader.f32(&format!("{prefix}.weight"), &[d_out, d_in]);
         // The bias is read even when the weight is unusable, so that its problems are recorded.
         let bias = match bias.then(|| self.reader.f32(&format!("{prefix}.bias"), &[d_out])) {
             Some(loaded) => Some(loaded?),
             None => None,
         };
-        Some(ColumnBlock {
+        Some(BlockWeights {
             weight: weight?,
             bias,
-            width: d_out,
+            out: d_out,
         })
-    }
-
-    /// A linear layer from a row-major `[d_in, d_out]` weight, cut into `blocks` column blocks.
-    pub fn split_linear(
-        &self,
-        weight: &[f32],
-        bias: Option<&[f32]>,
-        d_in: usize,
-        d_out: usize,
-        blocks: usize,
-    ) -> SplitLinear<B> {
-        SplitLinear::from_blocks(
-            ColumnBlock::split(weight, bias, d_out, blocks),
-            d_in,
-            &self.device,
-        )
     }
 
     /// Fails with every recorded problem and every checkpoint tensor nobody took.

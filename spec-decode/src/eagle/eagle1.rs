@@ -4,8 +4,8 @@
 use aquila_model_loader::checkpoint::{Checkpoint, ExportedTensor};
 use aquila_model_loader::config::{eagle1_config_json, Eagle1Config, LlamaConfig};
 use aquila_model_loader::model::{
-    materialize, AttentionContext, DecoderLayer, DecoderLayerSpec, KvCache, LlamaModel,
-    LoadOptions, Rope, SplitLinear, WeightLoader,
+    materialize, AttentionContext, DecoderLayer, DecoderLayerSpec, KvCache, LlamaModel, Rope,
+    SplitLinear, WeightLoader,
 };
 use burn::module::Module;
 use burn::tensor::backend::Backend;
@@ -49,7 +49,6 @@ impl<B: Backend> Eagle1Head<B> {
         checkpoint: &Checkpoint,
         target: &LlamaConfig,
         device: &B::Device,
-        options: &LoadOptions,
     ) -> Result<Self, EagleError> {
         check_eagle1(config, target)?;
         let layer = &config.layer;
@@ -61,8 +60,7 @@ impl<B: Backend> Eagle1Head<B> {
             &[target.vocab_size, target.hidden_size],
         )?;
 
-        let mut loader =
-            WeightLoader::new(checkpoint, device).with_column_blocks(options.column_blocks);
+        let mut loader = WeightLoader::new(checkpoint, device);
         loader
             .reader()
             .skip_where(|name| name == EMBED_TOKENS || name.ends_with("rotary_emb.inv_freq"));

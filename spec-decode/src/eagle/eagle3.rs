@@ -5,9 +5,9 @@
 use aquila_model_loader::checkpoint::{Checkpoint, ExportedTensor};
 use aquila_model_loader::config::{eagle3_config_json, Eagle3Config, LlamaConfig};
 use aquila_model_loader::model::{
-    export_rms_norm, export_tensor, init_rms_norm, load_rms_norm, materialize, Attention,
-    AttentionContext, AttentionSpec, FeatureTap, KvCache, LlamaModel, LoadOptions, Mlp, MlpSpec,
-    RmsNorm, Rope, SplitLinear, WeightLoader,
+    export_rms_norm, export_tensor, init_rms_norm, load_rms_norm, materialize, rms_norm, Attention,
+    AttentionContext, AttentionSpec, FeatureTap, KvCache, LlamaModel, Mlp, MlpSpec, RmsNorm, Rope,
+    SplitLinear, WeightLoader,
 };
 use burn::module::{Module, Param};
 use burn::nn::Embedding;
@@ -71,7 +71,6 @@ impl<B: Backend> Eagle3Head<B> {
         checkpoint: &Checkpoint,
         target: &LlamaConfig,
         device: &B::Device,
-        options: &LoadOptions,
     ) -> Result<Self, EagleError> {
         let feature_tap = check_eagle3(config, target)?;
         let layer = &config.layer;
@@ -88,8 +87,7 @@ impl<B: Backend> Eagle3Head<B> {
         let own_lm_head =
             checkpoint.contains(LM_HEAD) || draft_vocab != vocab || hidden != target.hidden_size;
 
-        let mut loader =
-            WeightLoader::new(checkpoint, device).with_column_blocks(options.column_blocks);
+        let mut loader = WeightLoader::new(checkpoint, device);
         loader
             .reader()
             .skip_where(|name| name.ends_with("rotary_emb.inv_freq"));
@@ -341,25 +339,27 @@ impl<B: Backend> Eagle3Head<B> {
         context: &AttentionContext<B>,
         cache: &mut KvCache<B>,
     ) -> Tensor<B, 2> {
-        let normed_hidden = self.hidden_norm.forward(hidden.clone());
+        let normed_hidden = rms_norm(&self.hidden_norm, hidden.clone());
         let residual = if self.norm_before_residual {
             normed_hidden.clone()
         } else {
             hidden
         };
-        let attention_input =
-            Tensor::cat(vec![self.input_norm.forward(embeddings), normed_hidden], 1);
+        let attention_input = Tensor::cat(
+            vec![rms_norm(&self.input_norm, embeddings), normed_hidden],
+            1,
+        );
         let x = residual + self.attention.forward(attention_input, context, cache, 0);
         let mlp_out = self
             .mlp
-            .forward(self.post_attention_norm.forward(x.clone()));
+            .forward(rms_norm(&self.post_attention_norm, x.clone()));
         x + mlp_out
     }
 
     /// Draft-vocabulary logits `lm_head(norm(outputs))` (map ids with
     /// [`Eagle3Head::vocab_map`]).
     pub fn logits(&self, target: &LlamaModel<B>, outputs: Tensor<B, 2>) -> Tensor<B, 2> {
-        let normed = self.norm.forward(outputs);
+        let normed = rms_norm(&self.norm, outputs);
         match &self.lm_head {
             Some(lm_head) => lm_head.forward(normed),
             None => target.lm_head(normed),

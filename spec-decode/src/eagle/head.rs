@@ -6,7 +6,7 @@ use std::path::Path;
 use aquila_model_loader::checkpoint::{Checkpoint, ExportedTensor, FloatType, WriteError};
 use aquila_model_loader::config::{EagleConfig, LlamaConfig};
 use aquila_model_loader::model::{
-    AttentionContext, FeatureTap, ForwardBatch, KvCache, LlamaModel, LoadOptions, ModelError, Rope,
+    AttentionContext, FeatureTap, ForwardBatch, KvCache, LlamaModel, ModelError, Rope,
 };
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
@@ -29,19 +29,9 @@ impl<B: Backend> EagleHead<B> {
     /// Loads the head in `dir` (`config.json` and `model.safetensors` or a sharded index) for a
     /// target described by `target`. The config decides EAGLE-1 or EAGLE-3.
     pub fn load(dir: &Path, target: &LlamaConfig, device: &B::Device) -> Result<Self, EagleError> {
-        Self::load_with(dir, target, device, &LoadOptions::default())
-    }
-
-    /// [`EagleHead::load`] with explicit options (use one column block on accelerators).
-    pub fn load_with(
-        dir: &Path,
-        target: &LlamaConfig,
-        device: &B::Device,
-        options: &LoadOptions,
-    ) -> Result<Self, EagleError> {
         let config = EagleConfig::from_file(&dir.join(CONFIG_FILE_NAME))?;
         let checkpoint = Checkpoint::open(dir)?;
-        Self::from_checkpoint(&config, &checkpoint, target, device, options)
+        Self::from_checkpoint(&config, &checkpoint, target, device)
     }
 
     /// Builds the head from an opened checkpoint (see [`Eagle1Head::load`] and
@@ -51,14 +41,13 @@ impl<B: Backend> EagleHead<B> {
         checkpoint: &Checkpoint,
         target: &LlamaConfig,
         device: &B::Device,
-        options: &LoadOptions,
     ) -> Result<Self, EagleError> {
         Ok(match config {
             EagleConfig::Eagle1(config) => EagleHead::Eagle1(Box::new(Eagle1Head::load(
-                config, checkpoint, target, device, options,
+                config, checkpoint, target, device,
             )?)),
             EagleConfig::Eagle3(config) => EagleHead::Eagle3(Box::new(Eagle3Head::load(
-                config, checkpoint, target, device, options,
+                config, checkpoint, target, device,
             )?)),
         })
     }

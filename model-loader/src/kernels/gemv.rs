@@ -1,0 +1,327 @@
+//! Products of a few rows with weights stored `[out, in]` (Hugging Face layout): decoding,
+//! draft verification and small batches, where reading the weights is the whole cost.
+//!
+//! Every output is a dot product of an input row with a contiguous weight row, so each worker
+//! thread streams its own share of the weights once, whatever the number of input rows: four
+//! weight rows are multiplied with up to four input rows at a time while they sit in L1.
+
+use rayon::prelude::*;
+
+/// Input rows up to which [`project_rows`] beats a general matrix product on this CPU
+/// (measured by `bench_forward`'s kernel comparison); larger products should use GEMM.
+pub const MAX_GEMV_ROWS: usize = 16;
+
+/// Bytes of weights one parallel task reads (small enough to balance, large enough that
+/// scheduling costs nothing).
+const TASK_BYTES: usize = 64 * 1024;
+
+/// One projection: a row-major `[out, in]` weight and an optional `[out]` bias.
+#[derive(Debug, Clone, Copy)]
+pub struct ProjectionRef<'a> {
+    /// Row-major `[out, in]` weight.
+    pub weight: &'a [f32],
+    /// Optional `[out]` bias.
+    pub bias: Option<&'a [f32]>,
+}
+
+impl ProjectionRef<'_> {
+    fn outputs(&self, d_in: usize) -> usize {
+        self.weight.len() / d_in.max(1)
+    }
+}
+
+/// A raw output pointer shared by tasks that write disjoint columns.
+#[derive(Clone, Copy)]
+struct SharedOut(*mut f32);
+// SAFETY: every task writes a disjoint set of output elements (its own columns), and the
+// buffers outlive the parallel loop that uses the pointers.
+unsafe impl Send for SharedOut {}
+// SAFETY: as above.
+unsafe impl Sync for SharedOut {}
+
+/// `x` (`[rows, d_in]`) times every projection of `projections`: output `b` is
+/// `[rows, out_b]` with `out_b[r, j] = x[r] · weight_b[j] + bias_b[j]`.
+///
+/// # Panics
+/// If a weight is not a whole number of `d_in`-wide rows, a bias has the wrong length, or `x`
+/// is not `rows * d_in` long.
+pub fn project_rows(
+    x: &[f32],
+    rows: usize,
+    d_in: usize,
+    projections: &[ProjectionRef<'_>],
+) -> Vec<Vec<f32>> {
+    assert_eq!(x.len(), rows * d_in, "project_rows: x is not [rows, d_in]");
+    for p in projections {
+        assert_eq!(
+            p.weight.len() % d_in.max(1),
+            0,
+            "weight rows must be d_in wide"
+        );
+        if let Some(bias) = p.bias {
+            assert_eq!(
+                bias.len(),
+                p.outputs(d_in),
+                "bias length must equal outputs"
+            );
+        }
+    }
+    let mut outputs: Vec<Vec<f32>> = projections
+        .iter()
+        .map(|p| vec![0.0; rows * p.outputs(d_in)])
+        .collect();
+    if rows == 0 || d_in == 0 {
+        for (p, out) in projections.iter().zip(&mut outputs) {
+            if let Some(bias) = p.bias {
+                out.chunks_exact_mut(bias.len())
+                    .for_each(|row| row.copy_from_slice(bias));
+            }
+        }
+        return outputs;
+    }
+    let task_rows = (TASK_BYTES / (4 * d_in)).max(4).next_multiple_of(4);
+    let tasks: Vec<(usize, usize, usize)> = projections
+        .iter()
+        .enumerate()
+        .flat_map(|(b, p)| {
+            let n = p.outputs(d_in);
+            (0..n)
+                .step_by(task_rows)
+                .map(move |start| (b, start, (start + task_rows).min(n)))
+        })
+        .collect();
+    let pointers: Vec<SharedOut> = outputs
+        .iter_mut()
+        .map(|o| SharedOut(o.as_mut_ptr()))
+        .collect();
+    let run = |&(b, start, end): &(usize, usize, usize)| {
+        let p = &projections[b];
+        let n = p.outputs(d_in);
+        let out = pointers[b];
+        let mut col = start;
+        while col < end {
+            let width = (end - col).min(4);
+            let weights = &p.weight[col * d_in..(col + width) * d_in];
+            let mut row = 0;
+            while row < rows {
+                let height = (rows - row).min(4);
+                let xs = &x[row * d_in..(row + height) * d_in];
+                let mut dots = [[0.0f32; 4]; 4];
+                dot_tile(weights, width, xs, height, d_in, &mut dots);
+                for (r, dots) in dots.iter().enumerate().take(height) {
+                    for (c, &dot) in dots.iter().enumerate().take(width) {
+                        let bias = p.bias.map_or(0.0, |bias| bias[col + c]);
+                        // SAFETY: (row + r, col + c) is inside this output's [rows, n] buffer,
+                        // and column col + c belongs to this task only.
+                        unsafe { *out.0.add((row + r) * n + col + c) = dot + bias };
+                    }
+                }
+                row += height;
+            }
+            col += width;
+        }
+    };
+    if tasks.len() > 1 && rayon::current_num_threads() > 1 {
+        tasks.par_iter().for_each(run);
+    } else {
+        tasks.iter().for_each(run);
+    }
+    outputs
+}
+
+/// `dots[r][c] = xs[r] · weights[c]` for `height` (≤ 4) input rows and `width` (≤ 4) weight
+/// rows, all `d_in` wide.
+fn dot_tile(
+    weights: &[f32],
+    width: usize,
+    xs: &[f32],
+    height: usize,
+    d_in: usize,
+    dots: &mut [[f32; 4]; 4],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if super::has_avx512() {
+        macro_rules! dispatch {
+            ($($w:literal),*; $($h:literal),*) => {
+                dispatch!(@w [$($w),*] [$($h),*])
+            };
+            (@w [$($w:literal),*] $hs:tt) => {
+                match width {
+                    $($w => dispatch!(@h $w $hs),)*
+                    _ => unreachable!("tile width is 1..=4"),
+                }
+            };
+            (@h $w:literal [$($h:literal),*]) => {
+                match height {
+                    // SAFETY: AVX-512F is available (checked above); the slices hold
+                    // `$w` weight rows and `$h` input rows of `d_in` values.
+                    $($h => unsafe { avx512::dot_tile::<$w, $h>(weights, xs, d_in, dots) },)*
+                    _ => unreachable!("tile height is 1..=4"),
+                }
+            };
+        }
+        dispatch!(1, 2, 3, 4; 1, 2, 3, 4);
+        return;
+    }
+    for (r, x) in xs.chunks_exact(d_in).take(height).enumerate() {
+        for (c, w) in weights.chunks_exact(d_in).take(width).enumerate() {
+            dots[r][c] = portable_dot(x, w);
+        }
+    }
+}
+
+/// A dot product in 16 independent lanes (which the compiler vectorizes), summed at the end.
+fn portable_dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; 16];
+    let (a_chunks, b_chunks) = (a.chunks_exact(16), b.chunks_exact(16));
+    let tail: f32 = a_chunks
+        .remainder()
+        .iter()
+        .zip(b_chunks.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in a_chunks.zip(b_chunks) {
+        for i in 0..16 {
+            lanes[i] += x[i] * y[i];
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    /// `dots[r][c] = xs[r] · weights[c]` for `H` input rows and `W` weight rows.
+    ///
+    /// # Safety
+    /// AVX-512F must be available; `weights` must hold `W * d_in` and `xs` `H * d_in` values.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn dot_tile<const W: usize, const H: usize>(
+        weights: &[f32],
+        xs: &[f32],
+        d_in: usize,
+        dots: &mut [[f32; 4]; 4],
+    ) {
+        debug_assert!(weights.len() >= W * d_in && xs.len() >= H * d_in);
+        let (w, x) = (weights.as_ptr(), xs.as_ptr());
+        let mut acc = [[_mm512_setzero_ps(); W]; H];
+        let mut wv = [_mm512_setzero_ps(); W];
+        let full = d_in - d_in % 16;
+        let mut k = 0;
+        while k < full {
+            for (c, v) in wv.iter_mut().enumerate() {
+                // SAFETY: k + 16 <= d_in, inside weight row c.
+                *v = unsafe { _mm512_loadu_ps(w.add(c * d_in + k)) };
+            }
+            for (r, acc) in acc.iter_mut().enumerate() {
+                // SAFETY: k + 16 <= d_in, inside input row r.
+                let xv = unsafe { _mm512_loadu_ps(x.add(r * d_in + k)) };
+                for (a, v) in acc.iter_mut().zip(&wv) {
+                    *a = _mm512_fmadd_ps(*v, xv, *a);
+                }
+            }
+            k += 16;
+        }
+        if k < d_in {
+            let mask: __mmask16 = super::super::tail_mask(d_in - k);
+            for (c, v) in wv.iter_mut().enumerate() {
+                // SAFETY: the mask limits the load to the d_in - k values left in row c.
+                *v = unsafe { _mm512_maskz_loadu_ps(mask, w.add(c * d_in + k)) };
+            }
+            for (r, acc) in acc.iter_mut().enumerate() {
+                // SAFETY: the mask limits the load to the values left in input row r.
+                let xv = unsafe { _mm512_maskz_loadu_ps(mask, x.add(r * d_in + k)) };
+                for (a, v) in acc.iter_mut().zip(&wv) {
+                    *a = _mm512_fmadd_ps(*v, xv, *a);
+                }
+            }
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            for (c, a) in acc.iter().enumerate() {
+                dots[r][c] = _mm512_reduce_add_ps(*a);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn values(n: usize, salt: f32) -> Vec<f32> {
+        (0..n).map(|i| (i as f32 * 0.618 + salt).sin()).collect()
+    }
+
+    fn reference(x: &[f32], rows: usize, d_in: usize, p: &ProjectionRef<'_>) -> Vec<f32> {
+        let n = p.weight.len() / d_in;
+        let mut out = vec![0.0; rows * n];
+        for r in 0..rows {
+            for j in 0..n {
+                let dot: f64 = (0..d_in)
+                    .map(|k| f64::from(x[r * d_in + k]) * f64::from(p.weight[j * d_in + k]))
+                    .sum();
+                out[r * n + j] = dot as f32 + p.bias.map_or(0.0, |b| b[j]);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn matches_a_reference_for_odd_shapes() {
+        for (rows, d_in, outs) in [
+            (1, 576, vec![576, 192, 192]),
+            (3, 37, vec![5, 1]),
+            (7, 100, vec![13]),
+            (16, 64, vec![70, 9]),
+            (2, 2000, vec![300]),
+        ] {
+            let x = values(rows * d_in, 0.3);
+            let weights: Vec<Vec<f32>> = outs
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| values(n * d_in, i as f32))
+                .collect();
+            let biases: Vec<Vec<f32>> = outs.iter().map(|&n| values(n, 9.0)).collect();
+            let projections: Vec<ProjectionRef<'_>> = weights
+                .iter()
+                .zip(&biases)
+                .enumerate()
+                .map(|(i, (w, b))| ProjectionRef {
+                    weight: w,
+                    bias: (i % 2 == 0).then_some(b.as_slice()),
+                })
+                .collect();
+            let got = project_rows(&x, rows, d_in, &projections);
+            for (p, got) in projections.iter().zip(&got) {
+                let want = reference(&x, rows, d_in, p);
+                assert_eq!(got.len(), want.len());
+                for (g, w) in got.iter().zip(&want) {
+                    assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{g} vs {w}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn empty_inputs_give_the_bias() {
+        let weight = values(6, 1.0);
+        let bias = [1.0, 2.0, 3.0];
+        let p = ProjectionRef {
+            weight: &weight,
+            bias: Some(&bias),
+        };
+        assert_eq!(project_rows(&[], 0, 2, &[p]), vec![Vec::<f32>::new()]);
+    }
+
+    #[test]
+    #[should_panic(expected = "x is not [rows, d_in]")]
+    fn a_short_input_is_refused() {
+        let weight = values(6, 1.0);
+        let p = ProjectionRef {
+            weight: &weight,
+            bias: None,
+        };
+        project_rows(&[1.0], 1, 2, &[p]);
+    }
+}
