@@ -6,9 +6,13 @@
 //!
 //! Prints the load time, prefill tokens/s at each `--prefill` length, single-sequence decode
 //! tokens/s with a KV cache (after a `--context`-token prompt) and batched decode tokens/s for
-//! `--batch` sequences, plus the cost of the KV-cache append strategies at the decode context
-//! (why the cache concatenates instead of writing into a padded buffer).
+//! `--batch` sequences; then, for the MLP's `[2 * intermediate, hidden]` projection at several
+//! row counts, the weight-streaming kernel, the prefill kernel and burn's matrix product (which
+//! sets `MAX_GEMV_ROWS`), and the cost of the KV-cache append strategies at the decode context
+//! (why the cache concatenates instead of writing into a padded buffer). Ratios are against
+//! llama.cpp's published figures or a baseline measured in the same run.
 
+use aquila_model_loader::kernels::gemm::project_rows_gemm;
 use aquila_model_loader::kernels::gemv::{project_rows, ProjectionRef};
 use aquila_model_loader::model::{
     FeatureTap, ForwardBatch, LlamaModel, SequenceInput, MAX_GEMV_ROWS,
@@ -135,26 +139,30 @@ fn bench_decode(model: &LlamaModel<B>, sequences: usize, context: usize, steps: 
     (sequences * steps) as f64 / elapsed.as_secs_f64()
 }
 
-/// Microseconds per `[rows, d_in] x [d_out, d_in]ᵀ` product with the weight-streaming kernel
-/// and with burn's matrix product on the transposed weight (the two paths of `SplitLinear`).
-fn bench_projection(rows: usize, d_in: usize, d_out: usize) -> (f64, f64) {
+/// Microseconds per `[rows, d_in] x [d_out, d_in]ᵀ` product with the weight-streaming kernel,
+/// with the prefill kernel (the two CPU paths of `SplitLinear`) and with burn's matrix product
+/// on the transposed weight (its generic path).
+fn bench_projection(rows: usize, d_in: usize, d_out: usize) -> [f64; 3] {
     let device = Default::default();
     let x: Vec<f32> = (0..rows * d_in).map(|v| (v as f32 * 0.1).sin()).collect();
     let weight: Vec<f32> = (0..d_out * d_in).map(|v| (v as f32 * 0.3).cos()).collect();
+    let projection = [ProjectionRef {
+        weight: &weight,
+        bias: None,
+    }];
     let gemv = median_micros(9, 20, || {
-        let projection = ProjectionRef {
-            weight: &weight,
-            bias: None,
-        };
-        std::hint::black_box(project_rows(&x, rows, d_in, &[projection]));
+        std::hint::black_box(project_rows(&x, rows, d_in, &projection));
     });
-    let x = Tensor::<B, 2>::from_data(TensorData::new(x, [rows, d_in]), &device);
-    let weight = Tensor::<B, 2>::from_data(TensorData::new(weight, [d_out, d_in]), &device);
     let gemm = median_micros(9, 20, || {
+        std::hint::black_box(project_rows_gemm(&x, rows, d_in, &projection));
+    });
+    let x = Tensor::<B, 2>::from_data(TensorData::new(x.clone(), [rows, d_in]), &device);
+    let weight = Tensor::<B, 2>::from_data(TensorData::new(weight.clone(), [d_out, d_in]), &device);
+    let burn = median_micros(9, 20, || {
         let y = x.clone().matmul(weight.clone().transpose());
         std::hint::black_box(y.into_data());
     });
-    (gemv, gemm)
+    [gemv, gemm, burn]
 }
 
 /// Median of `batches` timings of `reps` calls of `f`, in microseconds per call.
@@ -246,11 +254,20 @@ fn main() {
         batched / single
     );
     let (d_in, d_out) = (config.hidden_size, 2 * config.intermediate_size);
-    for rows in [1, 4, 8, MAX_GEMV_ROWS, 2 * MAX_GEMV_ROWS, 128] {
-        let (gemv, gemm) = bench_projection(rows, d_in, d_out);
+    for rows in [
+        1,
+        4,
+        8,
+        MAX_GEMV_ROWS,
+        MAX_GEMV_ROWS + 1,
+        2 * MAX_GEMV_ROWS,
+        128,
+    ] {
+        let [gemv, gemm, burn] = bench_projection(rows, d_in, d_out);
+        let used = if rows <= MAX_GEMV_ROWS { gemv } else { gemm };
         println!(
-            "projection {rows:>2} x [{d_out}, {d_in}]: weight-streaming kernel {gemv:8.1} us, gemm {gemm:8.1} us ({:.2}x)",
-            gemm / gemv
+            "projection {rows:>3} x [{d_out}, {d_in}]: weight-streaming {gemv:7.1} us, prefill kernel {gemm:7.1} us, burn matmul {burn:7.1} us (used path {:.2}x burn)",
+            burn / used
         );
     }
     for len in [args.context, 4 * args.context] {

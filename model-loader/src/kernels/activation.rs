@@ -59,7 +59,8 @@ fn silu_mul_scalar(gate: &mut [f32], up: &[f32]) {
     }
 }
 
-/// AVX-512 path, 16 elements per step, masked loads and stores for the tail.
+/// AVX-512 path, 16 elements per step, masked loads and stores for the tail; the division
+/// is a reciprocal estimate refined by one Newton step.
 ///
 /// # Safety
 ///
@@ -70,6 +71,7 @@ unsafe fn silu_mul_avx512(gate: &mut [f32], up: &[f32]) {
     debug_assert_eq!(gate.len(), up.len());
     let len = gate.len();
     let one = _mm512_set1_ps(1.0);
+    let two = _mm512_set1_ps(2.0);
     let mut i = 0;
     while i < len {
         let mask = super::tail_mask(len - i);
@@ -79,7 +81,12 @@ unsafe fn silu_mul_avx512(gate: &mut [f32], up: &[f32]) {
             let g = _mm512_maskz_loadu_ps(mask, gate.as_ptr().add(i));
             let u = _mm512_maskz_loadu_ps(mask, up.as_ptr().add(i));
             let e = super::exp::exp_avx512(_mm512_sub_ps(_mm512_setzero_ps(), g));
-            let y = _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, e)), u);
+            // 1 / (1 + e): 14-bit reciprocal estimate, one Newton step (about 2^-28 relative
+            // error, far cheaper than a division).
+            let d = _mm512_add_ps(one, e);
+            let r = _mm512_rcp14_ps(d);
+            let r = _mm512_mul_ps(r, _mm512_fnmadd_ps(d, r, two));
+            let y = _mm512_mul_ps(_mm512_mul_ps(g, r), u);
             _mm512_mask_storeu_ps(gate.as_mut_ptr().add(i), mask, y);
         }
         i += 16;

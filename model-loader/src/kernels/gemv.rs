@@ -192,6 +192,9 @@ fn portable_dot(a: &[f32], b: &[f32]) -> f32 {
 mod avx512 {
     use std::arch::x86_64::*;
 
+    /// How far ahead (in weight rows) the tile kernel prefetches.
+    const PREFETCH_ROWS: usize = 8;
+
     /// `dots[r][c] = xs[r] · weights[c]` for `H` input rows and `W` weight rows.
     ///
     /// # Safety
@@ -213,6 +216,9 @@ mod avx512 {
             for (c, v) in wv.iter_mut().enumerate() {
                 // SAFETY: k + 16 <= d_in, inside weight row c.
                 *v = unsafe { _mm512_loadu_ps(w.add(c * d_in + k)) };
+                // The same line PREFETCH_ROWS rows further: hardware prefetchers stop at page
+                // boundaries, software prefetches do not (and never fault, even past the end).
+                _mm_prefetch::<_MM_HINT_T0>(w.wrapping_add((c + PREFETCH_ROWS) * d_in + k).cast());
             }
             for (r, acc) in acc.iter_mut().enumerate() {
                 // SAFETY: k + 16 <= d_in, inside input row r.

@@ -7,6 +7,7 @@
 //! is compiled only on `x86_64`, so the crate builds everywhere. Large inputs are split over the
 //! rayon thread pool.
 //!
+//! - [`gemm`]: products of many rows with `[out, in]` weights (prefill), through `gemm`.
 //! - [`gemv`]: products of a few rows with `[out, in]` weights, streaming each weight once.
 //! - [`exp`]: vectorized `exp` for 16 lanes (and its scalar twin), used by the other kernels.
 //! - [`activation`]: SwiGLU's `silu(gate) * up`, in place ([`silu_mul`]).
@@ -36,6 +37,7 @@ pub mod activation;
 pub mod attention;
 pub mod exp;
 pub mod flex;
+pub mod gemm;
 pub mod gemv;
 pub mod norm;
 pub mod rope;

@@ -4,12 +4,14 @@
 //! Weights are stored as Hugging Face stores them, `[out, in]`: every output is the dot
 //! product of an input row with a contiguous weight row. On the CPU backend in `f32`, products
 //! of up to [`MAX_GEMV_ROWS`] rows (decoding, draft verification, small batches) run on the
-//! weight-streaming kernel of [`crate::kernels::gemv`], all blocks in one parallel pass; larger
-//! products, and every other backend, use burn's matrix product on the transposed weight.
+//! weight-streaming kernel of [`crate::kernels::gemv`], all blocks in one parallel pass, and
+//! larger ones on [`crate::kernels::gemm`]; every other backend uses burn's matrix product on
+//! the transposed weight.
 
 use super::export::export_linear;
 use crate::checkpoint::ExportedTensor;
 use crate::kernels::flex::{f32_storage, values};
+use crate::kernels::gemm::project_rows_gemm;
 use crate::kernels::gemv::{project_rows, ProjectionRef};
 use burn::module::{Module, Param};
 use burn::nn::Initializer;
@@ -143,7 +145,7 @@ impl<B: Backend> SplitLinear<B> {
 
     /// Each block's output `[rows, out_i]` for input `[rows, in]`, in block order.
     pub fn forward_blocks(&self, x: Tensor<B, 2>) -> Vec<Tensor<B, 2>> {
-        if let Some(outputs) = self.forward_blocks_gemv(&x) {
+        if let Some(outputs) = self.forward_blocks_cpu(&x) {
             return outputs;
         }
         self.blocks
@@ -153,11 +155,8 @@ impl<B: Backend> SplitLinear<B> {
     }
 
     /// The CPU kernel path of [`SplitLinear::forward_blocks`], when it applies.
-    fn forward_blocks_gemv(&self, x: &Tensor<B, 2>) -> Option<Vec<Tensor<B, 2>>> {
+    fn forward_blocks_cpu(&self, x: &Tensor<B, 2>) -> Option<Vec<Tensor<B, 2>>> {
         let [rows, d_in] = x.dims();
-        if rows > MAX_GEMV_ROWS {
-            return None;
-        }
         let input = f32_storage(x)?;
         let storages = self
             .blocks
@@ -179,7 +178,11 @@ impl<B: Backend> SplitLinear<B> {
             })
             .collect();
         let device = x.device();
-        let outputs = project_rows(values(&input), rows, d_in, &projections);
+        let outputs = if rows <= MAX_GEMV_ROWS {
+            project_rows(values(&input), rows, d_in, &projections)
+        } else {
+            project_rows_gemm(values(&input), rows, d_in, &projections)
+        };
         Some(
             outputs
                 .into_iter()
