@@ -63,6 +63,10 @@ struct Args {
     /// Sampling seed.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Requests decoded together (1 measures single-request latency, where speculation is
+    /// meant to help; the engine's default batches up to 16).
+    #[arg(long)]
+    max_num_seqs: Option<usize>,
 }
 
 /// The drafting methods of the example.
@@ -142,10 +146,17 @@ fn sampling_params(args: &Args) -> Result<SamplingParams> {
     Ok(params)
 }
 
-fn engine_config(model: &Path, speculative: Option<SpeculativeConfig>, seed: u64) -> EngineConfig {
+fn engine_config(
+    args: &Args,
+    model: &Path,
+    speculative: Option<SpeculativeConfig>,
+) -> EngineConfig {
     let mut config = EngineConfig::new(model);
     config.speculative = speculative;
-    config.seed = seed;
+    config.seed = args.seed;
+    if let Some(max_num_seqs) = args.max_num_seqs {
+        config.max_num_seqs = max_num_seqs;
+    }
     config
 }
 
@@ -197,7 +208,7 @@ fn main() -> Result<()> {
         args.max_tokens
     );
 
-    let mut llm = Llm::new(engine_config(&model_dir, Some(speculative), args.seed))?;
+    let mut llm = Llm::new(engine_config(&args, &model_dir, Some(speculative)))?;
     let _server = match &args.serve_metrics {
         Some(addr) => {
             let server = MetricsServer::start(llm.recorder(), addr)?;
@@ -230,7 +241,7 @@ fn main() -> Result<()> {
     }
 
     if args.compare_baseline {
-        let mut baseline = Llm::new(engine_config(&model_dir, None, args.seed))?;
+        let mut baseline = Llm::new(engine_config(&args, &model_dir, None))?;
         let (base_outputs, base_wall, base_delta) =
             timed_generate(&mut baseline, &prompts, &params)?;
         let base_report = SpecDecodeReport::from_snapshot(&base_delta, namespace, base_wall);
