@@ -192,6 +192,7 @@ impl<B: Backend> Attention<B> {
                 let n = span.len;
                 let rows_of = |t: &Tensor<B, 3>| t.clone().narrow(0, span.start, n);
                 let (query, key, value) = (rows_of(&query), rows_of(&key), rows_of(&value));
+                let mask = span.generic_mask(group, &query.device());
                 let (keys, values) =
                     cache.append(layer, span.slot, key.swap_dims(0, 1), value.swap_dims(0, 1));
                 // Query heads of one key/value head become consecutive row blocks.
@@ -199,12 +200,7 @@ impl<B: Backend> Attention<B> {
                     .reshape([n, kv_heads, group, head_dim])
                     .permute([1, 2, 0, 3])
                     .reshape([1, kv_heads, group * n, head_dim]);
-                let attended = attend(
-                    query,
-                    keys.unsqueeze_dim(0),
-                    values.unsqueeze_dim(0),
-                    span.mask.clone(),
-                );
+                let attended = attend(query, keys.unsqueeze_dim(0), values.unsqueeze_dim(0), mask);
                 attended
                     .reshape([kv_heads, group, n, head_dim])
                     .permute([2, 0, 1, 3])

@@ -19,10 +19,28 @@ pub struct SequenceSpan<B: Backend> {
     pub cached: usize,
     /// `[1, 1, group * len, cached + len]`, `true` = masked out; rows are ordered
     /// `(query head within its group, new row)`. `None` when a single row sees everything,
-    /// and on the CPU backend, whose attention kernel reads [`SequenceSpan::visibility`].
+    /// and on the CPU backend, whose attention kernel reads [`SequenceSpan::visibility`]
+    /// (see [`SequenceSpan::generic_mask`]).
     pub(crate) mask: Option<Tensor<B, 4, Bool>>,
     /// Which keys the new rows see.
     pub(crate) visibility: SpanVisibility,
+}
+
+impl<B: Backend> SequenceSpan<B> {
+    /// The mask of burn's generic attention: the prepared one, or, on the CPU backend (which
+    /// prepares none because its kernel reads the visibility), one built now.
+    pub(crate) fn generic_mask(
+        &self,
+        group_size: usize,
+        device: &B::Device,
+    ) -> Option<Tensor<B, 4, Bool>> {
+        match &self.mask {
+            Some(mask) => Some(mask.clone()),
+            None => self
+                .visibility
+                .mask_tensor(group_size, self.cached, self.len, device),
+        }
+    }
 }
 
 /// Which keys (cached rows, then new rows) the new rows of a sequence see.
@@ -46,6 +64,30 @@ impl SpanVisibility {
             visible.extend((0..len).map(|col| sequence.may_attend(row, col)));
         }
         Self::Explicit(visible)
+    }
+
+    /// The mask tensor of burn's attention (`[1, 1, group * len, cached + len]`, `true` =
+    /// hidden, rows ordered `(query head within its group, new row)`), or `None` when a
+    /// single causal row sees everything.
+    fn mask_tensor<B: Backend>(
+        &self,
+        group_size: usize,
+        cached: usize,
+        len: usize,
+        device: &B::Device,
+    ) -> Option<Tensor<B, 4, Bool>> {
+        if len == 1 && *self == Self::Causal {
+            return None;
+        }
+        let columns = cached + len;
+        let mut masked = Vec::with_capacity(group_size * len * columns);
+        for _ in 0..group_size {
+            for row in 0..len {
+                masked.extend((0..columns).map(|col| !self.sees(row, col, cached, len)));
+            }
+        }
+        let shape = [1, 1, group_size * len, columns];
+        Some(Tensor::from_data(TensorData::new(masked, shape), device))
     }
 
     /// Whether new row `row` of a span with `cached` cached rows sees key `col`.
@@ -111,20 +153,9 @@ impl<B: Backend> AttentionContext<B> {
                 let len = sequence.len();
                 let cached = cache.len(sequence.slot);
                 let visibility = SpanVisibility::of(sequence, cached);
-                let needs_mask = len > 1 || sequence.history_mask.is_some();
-                let mask = (needs_mask && !is_flex::<B>()).then(|| {
-                    let columns = cached + len;
-                    let mut masked = Vec::with_capacity(group_size * len * columns);
-                    for _ in 0..group_size {
-                        for row in 0..len {
-                            masked.extend(
-                                (0..columns).map(|col| !visibility.sees(row, col, cached, len)),
-                            );
-                        }
-                    }
-                    let shape = [1, 1, group_size * len, columns];
-                    Tensor::from_data(TensorData::new(masked, shape), device)
-                });
+                let mask = (!is_flex::<B>())
+                    .then(|| visibility.mask_tensor(group_size, cached, len, device))
+                    .flatten();
                 let span = SequenceSpan {
                     slot: sequence.slot,
                     start,
@@ -214,6 +245,12 @@ mod tests {
         let context = sample_context::<Flex>();
         assert!(context.spans().iter().all(|s| s.mask.is_none()));
         assert_eq!(context.spans()[1].visibility, SpanVisibility::Causal);
+        // burn's attention on it (a fallback) still gets the same mask, built on demand.
+        let device = Default::default();
+        assert!(context.spans()[0].generic_mask(2, &device).is_none());
+        let built = context.spans()[1].generic_mask(2, &device).unwrap();
+        let built: Vec<bool> = built.into_data().to_vec().unwrap();
+        assert_eq!(built, [block, block].concat());
     }
 
     #[test]
