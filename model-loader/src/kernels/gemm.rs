@@ -227,27 +227,15 @@ mod avx512 {
 #[cfg(test)]
 mod tests {
     use super::super::gemv::project_rows;
+    use super::super::test_util::{sine_values as values, Projections};
     use super::*;
-
-    fn values(n: usize, salt: f32) -> Vec<f32> {
-        (0..n).map(|i| (i as f32 * 0.618 + salt).sin()).collect()
-    }
 
     #[test]
     fn agrees_with_the_weight_streaming_kernel() {
         for (rows, d_in, outs) in [(1, 7, vec![3]), (17, 64, vec![40, 9]), (130, 96, vec![200])] {
             let x = values(rows * d_in, 0.5);
-            let weights: Vec<Vec<f32>> = outs.iter().map(|&n| values(n * d_in, n as f32)).collect();
-            let biases: Vec<Vec<f32>> = outs.iter().map(|&n| values(n, 2.0)).collect();
-            let projections: Vec<ProjectionRef<'_>> = weights
-                .iter()
-                .zip(&biases)
-                .enumerate()
-                .map(|(i, (w, b))| ProjectionRef {
-                    weight: w,
-                    bias: (i == 0).then_some(b.as_slice()),
-                })
-                .collect();
+            let fixture = Projections::new(d_in, &outs);
+            let projections = fixture.refs(|i| i == 0);
             let large = project_rows_gemm(&x, rows, d_in, &projections);
             let small = project_rows(&x, rows, d_in, &projections);
             for (a, b) in large.iter().zip(&small) {

@@ -253,11 +253,8 @@ mod avx512 {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_util::{sine_values as values, Projections};
     use super::*;
-
-    fn values(n: usize, salt: f32) -> Vec<f32> {
-        (0..n).map(|i| (i as f32 * 0.618 + salt).sin()).collect()
-    }
 
     fn reference(x: &[f32], rows: usize, d_in: usize, p: &ProjectionRef<'_>) -> Vec<f32> {
         let n = p.weight.len() / d_in;
@@ -283,21 +280,8 @@ mod tests {
             (2, 2000, vec![300]),
         ] {
             let x = values(rows * d_in, 0.3);
-            let weights: Vec<Vec<f32>> = outs
-                .iter()
-                .enumerate()
-                .map(|(i, &n)| values(n * d_in, i as f32))
-                .collect();
-            let biases: Vec<Vec<f32>> = outs.iter().map(|&n| values(n, 9.0)).collect();
-            let projections: Vec<ProjectionRef<'_>> = weights
-                .iter()
-                .zip(&biases)
-                .enumerate()
-                .map(|(i, (w, b))| ProjectionRef {
-                    weight: w,
-                    bias: (i % 2 == 0).then_some(b.as_slice()),
-                })
-                .collect();
+            let fixture = Projections::new(d_in, &outs);
+            let projections = fixture.refs(|i| i % 2 == 0);
             let got = project_rows(&x, rows, d_in, &projections);
             for (p, got) in projections.iter().zip(&got) {
                 let want = reference(&x, rows, d_in, p);

@@ -112,6 +112,46 @@ pub(crate) mod test_util {
         }
     }
 
+    /// `n` deterministic values in `[-1, 1]`.
+    pub fn sine_values(n: usize, salt: f32) -> Vec<f32> {
+        (0..n).map(|i| (i as f32 * 0.618 + salt).sin()).collect()
+    }
+
+    /// Weights (`[out, d_in]`) and biases of one projection per width in `outs`.
+    pub struct Projections {
+        weights: Vec<Vec<f32>>,
+        biases: Vec<Vec<f32>>,
+    }
+
+    impl Projections {
+        pub fn new(d_in: usize, outs: &[usize]) -> Self {
+            Self {
+                weights: outs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &n)| sine_values(n * d_in, i as f32))
+                    .collect(),
+                biases: outs.iter().map(|&n| sine_values(n, 9.0)).collect(),
+            }
+        }
+
+        /// The projections, projection `i` with its bias when `has_bias(i)`.
+        pub fn refs(
+            &self,
+            has_bias: impl Fn(usize) -> bool,
+        ) -> Vec<super::gemv::ProjectionRef<'_>> {
+            self.weights
+                .iter()
+                .zip(&self.biases)
+                .enumerate()
+                .map(|(i, (weight, bias))| super::gemv::ProjectionRef {
+                    weight,
+                    bias: has_bias(i).then_some(bias.as_slice()),
+                })
+                .collect()
+        }
+    }
+
     /// Asserts `|actual - expected| <= tol * max(1, |expected|)` element-wise.
     pub fn assert_close(actual: &[f32], expected: &[f64], tol: f64, what: &str) {
         assert_eq!(actual.len(), expected.len(), "{what}: length");
