@@ -1,8 +1,7 @@
 //! The `/metrics` endpoint serves the exposition over loopback, and the scraped text parses back
 //! into the recorder's own snapshot.
 
-#[path = "../examples/common/mod.rs"]
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -1,7 +1,7 @@
 //! The sampling pipeline: exact filter semantics, sampled distributions under temperature,
 //! top-k, top-p and min-p, penalties, log-probabilities and seeded reproducibility.
 
-mod sampling_support;
+use crate::sampling_support;
 
 use aquila_spec_decode::sampling::{
     apply_penalties, greedy, logprob, probabilities, sample, top_logprobs, RequestRng,

@@ -12,7 +12,7 @@ use aquila_engine::{
 };
 use serde::Deserialize;
 
-mod common;
+use crate::common;
 
 use common::{real_model_dir as model_dir, workspace_root};
 

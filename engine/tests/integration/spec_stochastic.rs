@@ -2,7 +2,7 @@
 //! first emitted token and the token emitted by verifying a draft after it follow the tiny
 //! model's softmax (Pearson chi-square against probabilities computed from its logits).
 
-mod common;
+use crate::common;
 
 use aquila_engine::{Llm, Prompt, SamplingParams};
 use aquila_model_loader::model::{FeatureTap, ForwardBatch, LlamaModel, SequenceInput};

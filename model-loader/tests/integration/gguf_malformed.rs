@@ -1,6 +1,6 @@
 //! Corrupt or unsupported GGUF files are rejected with errors that name the problem.
 
-mod common;
+use crate::common;
 
 use aquila_model_loader::gguf::{self, GgufError, GgufFile, GgufHeader};
 use common::*;

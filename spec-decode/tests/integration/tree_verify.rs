@@ -2,7 +2,7 @@
 //! Monte-Carlo checks that the first emitted token follows the target for deterministic
 //! siblings (one-hot q) and for sampled siblings (SpecInfer).
 
-mod sampling_support;
+use crate::sampling_support;
 
 use aquila_spec_decode::rejection::{
     ChainRequest, DraftProbs, RejectionSampler, TargetRows, TreeRequest, VerifyOutcome,

@@ -2,7 +2,7 @@
 //! sampled drafts with q and deterministic drafts with one-hot q), seeded determinism,
 //! filter support, and degenerate inputs.
 
-mod sampling_support;
+use crate::sampling_support;
 
 use aquila_spec_decode::rejection::{
     ChainRequest, DraftProbs, RejectionSampler, TargetRows, VerifyOutcome,

@@ -1,6 +1,6 @@
 //! Continuous batching, chunked prefill and preemption never change greedy outputs.
 
-mod common;
+use crate::common;
 
 use aquila_engine::{FinishReason, KvCacheBudget, Prompt, SamplingParams};
 use aquila_metrics::{Family, Namespace};

@@ -2,7 +2,7 @@
 //! leftover tensors), and the blocks run on them: an EAGLE-1 layer without input norm over
 //! `fc([embedding, feature])`, and an EAGLE-3 midlayer whose attention reads `2H`-wide rows.
 
-mod model_support;
+use crate::model_support;
 
 use aquila_model_loader::checkpoint::{Checkpoint, CheckpointError};
 use aquila_model_loader::config::EagleConfig;

@@ -2,7 +2,7 @@
 //! errors for heads that are malformed or do not fit their target.
 #![cfg(feature = "burn")]
 
-mod eagle_fixtures;
+use crate::eagle_fixtures;
 
 use aquila_model_loader::checkpoint::{Checkpoint, CheckpointError};
 use aquila_model_loader::fixtures::eagle::TinyEagle1Options;

@@ -1,7 +1,7 @@
 //! Feature taps: the post-norm last hidden state (EAGLE-1) and the residual stream entering
 //! chosen layers (EAGLE-3), for every new row, in batch order.
 
-mod model_support;
+use crate::model_support;
 
 use aquila_model_loader::fixtures::llama::TinyLlamaOptions;
 use aquila_model_loader::model::{FeatureTap, ModelError, SequenceInput};

@@ -3,7 +3,7 @@
 //! for token, one request at a time and batched, for k = 1..=5, also under tight token and KV
 //! budgets (drafts cut or dropped, preemptions) and in batches mixing sampled requests.
 
-mod common;
+use crate::common;
 
 use aquila_engine::{KvCacheBudget, Llm, SamplingParams, SpeculativeConfig, SpeculativeMethod};
 use common::spec::{eagle1_head, eagle3_head, prompt_ids, run, run_single, speculative};

@@ -1,7 +1,7 @@
 //! Seeded sampling is reproducible whatever the batch, and temperature, top-k, top-p and min-p
 //! sample the distribution they define over the model's logits.
 
-mod common;
+use crate::common;
 
 use aquila_engine::{Prompt, SamplingParams};
 use aquila_model_loader::model::{FeatureTap, ForwardBatch, LlamaModel, SequenceInput};

@@ -1,7 +1,7 @@
 //! Bad inputs to the model: impossible batches are rejected before the cache changes, and
 //! checkpoints that do not match the config fail to load with every difference listed.
 
-mod model_support;
+use crate::model_support;
 
 use aquila_model_loader::checkpoint::CheckpointError;
 use aquila_model_loader::config::ConfigError;

@@ -2,7 +2,7 @@
 //! in one forward give the same logits as running them one at a time, and custom attention
 //! masks among new rows behave like running each branch on its own.
 
-mod model_support;
+use crate::model_support;
 
 use aquila_model_loader::fixtures::llama::TinyLlamaOptions;
 use aquila_model_loader::model::{FeatureTap, SequenceInput};

@@ -2,7 +2,7 @@
 //! target's own greedy continuation): acceptance metrics, per-request counts, and truncation
 //! by max_tokens and stop tokens inside an accepted run.
 
-mod common;
+use crate::common;
 
 use aquila_engine::{Llm, Prompt, RequestOutput, SamplingParams};
 use aquila_metrics::SpecDecodeSummary;

@@ -2,8 +2,7 @@
 //! `SpecDecodingProm` and `test_engine_metrics`), ported to the recorder, plus the reference's
 //! worked example.
 
-#[path = "../examples/common/mod.rs"]
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

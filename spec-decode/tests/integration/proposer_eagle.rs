@@ -2,7 +2,7 @@
 //! vocabulary mapping, determinism, batching, context limits and input errors.
 #![cfg(feature = "burn")]
 
-mod eagle_fixtures;
+use crate::eagle_fixtures;
 
 use aquila_model_loader::fixtures::eagle::TinyEagle1Options;
 use aquila_model_loader::model::{FeatureTap, ForwardBatch, SequenceInput};

@@ -1,7 +1,7 @@
 //! The request API: prompts, validation errors, stop conditions, abort, streaming and
 //! log-probabilities.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 

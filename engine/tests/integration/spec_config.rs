@@ -1,6 +1,6 @@
 //! Speculative configurations that cannot work are errors naming the problem.
 
-mod common;
+use crate::common;
 
 use aquila_engine::{EngineError, Llm, SpeculativeMethod};
 use common::spec::{eagle1_head, eagle3_head, speculative};

@@ -2,7 +2,7 @@
 //! truncation, tree commits (gather) and resets leave the cache as if only the kept tokens had
 //! ever been run.
 
-mod model_support;
+use crate::model_support;
 
 use aquila_model_loader::fixtures::llama::TinyLlamaOptions;
 use aquila_model_loader::model::{FeatureTap, SequenceInput};

@@ -5,7 +5,7 @@
 //! Needs `models/smollm2-135m-instruct` (`cargo xtask import-model`); fails without it unless
 //! `AQUILA_SKIP_REAL_MODEL=1`.
 
-mod common;
+use crate::common;
 
 use aquila_engine::{EngineConfig, Llm, SpeculativeMethod};
 use common::real_model_dir;

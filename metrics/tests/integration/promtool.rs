@@ -2,8 +2,7 @@
 //! the default namespace). Needs `promtool` on PATH (Debian package `prometheus`); set
 //! `AQUILA_SKIP_PROMTOOL=1` to skip.
 
-#[path = "../examples/common/mod.rs"]
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::process::{Command, Stdio};

@@ -4,7 +4,7 @@ use aquila_metrics::{Family, Namespace};
 
 #[test]
 fn readme_lists_every_family_in_both_namespaces() {
-    let readme = include_str!("../README.md");
+    let readme = include_str!("../../README.md");
     for family in Family::ALL {
         let row = readme
             .lines()

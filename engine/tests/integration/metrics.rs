@@ -1,6 +1,6 @@
 //! The engine feeds every engine family of aquila-metrics from what it actually did.
 
-mod common;
+use crate::common;
 
 use aquila_engine::{FinishReason, Llm, MetricsConfig, SamplingParams};
 use aquila_metrics::{Family, Metric, Namespace, Snapshot};

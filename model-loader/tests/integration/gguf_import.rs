@@ -1,7 +1,7 @@
 //! Importing a tiny Llama GGUF file (built in the test) reproduces the Hugging Face weights,
 //! config and tokenizer exactly.
 
-mod common;
+use crate::common;
 
 use aquila_model_loader::fixtures::tokenizer::TINY_VOCAB_SIZE;
 use aquila_model_loader::gguf::{self, ImportProgress};

@@ -3,7 +3,7 @@
 //! map, and configs that parse back to the same values. Loaded heads export their checkpoint.
 #![cfg(feature = "burn")]
 
-mod eagle_fixtures;
+use crate::eagle_fixtures;
 
 use std::path::Path;
 

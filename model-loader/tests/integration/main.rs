@@ -1,0 +1,23 @@
+//! aquila-model-loader's integration tests, one binary: configs, checkpoints, GGUF import, the tokenizer and the Llama model (fixtures and SmolLM2 parity).
+//!
+//! All test files of the crate compile into this one binary, so the suite links once instead
+//! of once per file.
+
+mod common;
+mod model_support;
+
+mod checkpoint_errors;
+mod checkpoint_load;
+mod config_errors;
+mod config_parse;
+mod gguf_import;
+mod gguf_malformed;
+mod model_batching;
+mod model_eagle_fixtures;
+mod model_errors;
+mod model_features;
+mod model_kv_cache;
+mod model_reference;
+mod oracle_import;
+mod oracle_parity;
+mod tokenizer_tiny;
