@@ -25,7 +25,7 @@ use crate::request::Request;
 use crate::request_state::RequestState;
 use crate::sampling_params::SamplingParams;
 use crate::scheduler::{ScheduledRequest, Scheduler, SchedulerConfig, SchedulerOutput};
-use crate::speculation::{Drafter, FeaturelessProposer};
+use crate::speculation::{Drafter, FeaturelessProposer, StoredDraft};
 use crate::stop::StopConditions;
 use crate::timing::{RequestTiming, TokenLatency};
 use crate::verifier::{Verified, Verifier, VerifyInput};
@@ -108,8 +108,7 @@ impl<B: Backend> Engine<B> {
             .engine(config.metrics.engine_label.clone())
             .max_model_len(limits.max_model_len as u64);
         if let Some(drafter) = &drafter {
-            recorder_config =
-                recorder_config.num_speculative_tokens(drafter.num_speculative_tokens());
+            recorder_config = recorder_config.num_speculative_tokens(drafter.max_draft_depth());
         }
         let recorder = Arc::new(Recorder::new(recorder_config.build()?)?);
         let scheduler = Scheduler::new(SchedulerConfig {
@@ -250,9 +249,10 @@ impl<B: Backend> Engine<B> {
         let mut iteration = IterationStats::default();
         let mut output = StepOutput::default();
         let mut verified = verified.into_iter();
+        let mut accepted_nodes = HashMap::new();
         for work in &plan.scheduled {
             if !work.samples {
-                self.scheduler.commit(work, 0, &[]);
+                self.scheduler.commit(work, &[], &[]);
                 continue;
             }
             let verified = verified
@@ -260,26 +260,41 @@ impl<B: Backend> Engine<B> {
                 .expect("one verification per sampling request");
             let processed =
                 self.process_sampled(work, verified, finished_at, &mut iteration, &mut output);
-            if let Err(error) = processed {
+            match processed {
+                Ok(nodes) => {
+                    accepted_nodes.insert(work.request_id, nodes);
+                }
                 // Only this request's output is unusable: end it, keep the others going.
-                tracing::error!(request_id = work.request_id, %error, "request aborted");
-                let request = self.scheduler.remove(work.request_id);
-                if let Some(request) = request {
-                    output.deltas.push(RequestDelta {
-                        request_id: request.id,
-                        new_text: String::new(),
-                        new_token_ids: Vec::new(),
-                        finished: true,
-                    });
-                    let aborted = self.finish(request, FinishReason::Abort, finished_at);
-                    output.finished.push(aborted);
+                Err(error) => {
+                    self.abort_unusable(work.request_id, &error, finished_at, &mut output)
                 }
             }
         }
-        self.draft_next(&plan, features.as_ref());
+        self.draft_next(&plan, features.as_ref(), &accepted_nodes);
         self.recorder.record_iteration(&iteration);
         self.record_scheduler_stats(plan.preempted.len());
         Ok(output)
+    }
+
+    /// Ends request `id`, whose step output could not be used, with an abort.
+    fn abort_unusable(
+        &mut self,
+        id: RequestId,
+        error: &EngineError,
+        now: Instant,
+        output: &mut StepOutput,
+    ) {
+        tracing::error!(request_id = id, %error, "request aborted");
+        if let Some(request) = self.scheduler.remove(id) {
+            output.deltas.push(RequestDelta {
+                request_id: request.id,
+                new_text: String::new(),
+                new_token_ids: Vec::new(),
+                finished: true,
+            });
+            let aborted = self.finish(request, FinishReason::Abort, now);
+            output.finished.push(aborted);
+        }
     }
 
     /// Aborts an unfinished request and returns its output.
@@ -398,10 +413,14 @@ impl<B: Backend> Engine<B> {
                     prompt: &request.token_ids[..request.num_prompt_tokens],
                     output: request.output_token_ids(),
                     drafts: &work.token_ids[work.num_known_tokens()..],
+                    tree: work.draft_tree.as_ref(),
                     draft_probs: match &state.draft_probs {
-                        // Drafts were stored with one row each; the scheduler may feed fewer.
+                        // Drafts were stored with one row each (trees: one per node, root
+                        // first); the scheduler may feed fewer.
                         Some(probs) => {
-                            DraftProbs::Rows(&probs[..work.num_draft_tokens * vocab_size])
+                            let rows =
+                                work.num_draft_tokens + usize::from(work.draft_tree.is_some());
+                            DraftProbs::Rows(&probs[..rows * vocab_size])
                         }
                         None => DraftProbs::OneHot,
                     },
@@ -419,7 +438,8 @@ impl<B: Backend> Engine<B> {
     }
 
     /// Appends one sampling request's emitted tokens, commits them to the scheduler, and
-    /// records its delta, latencies and (if it finished) its output.
+    /// records its delta, latencies and (if it finished) its output. Returns the draft indices
+    /// (tree nodes) of the accepted drafts.
     fn process_sampled(
         &mut self,
         work: &ScheduledRequest,
@@ -427,7 +447,7 @@ impl<B: Backend> Engine<B> {
         now: Instant,
         iteration: &mut IterationStats,
         output: &mut StepOutput,
-    ) -> Result<(), EngineError> {
+    ) -> Result<Vec<usize>, EngineError> {
         let id = work.request_id;
         let request = self
             .scheduler
@@ -444,6 +464,8 @@ impl<B: Backend> Engine<B> {
             })?;
         let kept = &tokens[..appended.num_kept];
         let accepted = verified.outcome.num_accepted().min(appended.num_kept);
+        // Draft indices (tree nodes) of the accepted tokens, in order.
+        let accepted_nodes = verified.outcome.path[1..=accepted].to_vec();
         if work.num_draft_tokens > 0 {
             state.spec.drafts += 1;
             state.spec.draft_tokens += work.num_draft_tokens;
@@ -451,7 +473,7 @@ impl<B: Backend> Engine<B> {
             self.recorder.record_spec_decode(&SpecDecodeEvent {
                 request_id: id,
                 num_draft_tokens: work.num_draft_tokens,
-                draft_depth: work.num_draft_tokens,
+                draft_depth: work.draft_depths().into_iter().max().unwrap_or(0),
                 num_accepted_tokens: accepted,
             });
         }
@@ -470,18 +492,24 @@ impl<B: Backend> Engine<B> {
             new_token_ids: kept.to_vec(),
             finished,
         });
-        self.scheduler.commit(work, accepted, kept);
+        self.scheduler.commit(work, &accepted_nodes, kept);
         if let Some(reason) = appended.finish_reason {
             let request = self.scheduler.remove(id).expect("committed request exists");
             output.finished.push(self.finish(request, reason, now));
         }
-        Ok(())
+        Ok(accepted_nodes)
     }
 
     /// After a forward: hands the drafter the rows every scheduled, still unfinished request
-    /// committed (features at their fed rows) and stores the drafts each gets for its next
-    /// step, capped so the root and drafts stay inside the context window.
-    fn draft_next(&mut self, plan: &SchedulerOutput, features: Option<&Tensor<B, 2>>) {
+    /// committed (features at its fed known rows and accepted draft rows, `accepted_nodes`)
+    /// and stores the drafts each gets for its next step, capped so the root and drafts stay
+    /// inside the context window.
+    fn draft_next(
+        &mut self,
+        plan: &SchedulerOutput,
+        features: Option<&Tensor<B, 2>>,
+        accepted_nodes: &HashMap<RequestId, Vec<usize>>,
+    ) {
         let Some(drafter) = self.drafter.as_mut() else {
             return;
         };
@@ -495,7 +523,19 @@ impl<B: Backend> Engine<B> {
             let Some(request) = self.scheduler.get(work.request_id) else {
                 continue; // Finished or aborted in this step.
             };
-            let committed = request.num_computed_tokens - work.start_position;
+            // The known rows, then the accepted drafts' rows (draft `n` sits `n` rows after
+            // the root, the last known row).
+            let known = work.num_known_tokens();
+            let accepted = accepted_nodes
+                .get(&work.request_id)
+                .map_or(&[][..], Vec::as_slice);
+            let rows: Vec<usize> = (row..row + known)
+                .chain(accepted.iter().map(|&node| row + known - 1 + node))
+                .collect();
+            debug_assert_eq!(
+                rows.len(),
+                request.num_computed_tokens - work.start_position
+            );
             // Tokens through the next root: the sampled token, or the next prompt token.
             let end = request.num_computed_tokens + 1;
             let max_draft_tokens = if work.samples {
@@ -503,12 +543,7 @@ impl<B: Backend> Engine<B> {
             } else {
                 0
             };
-            spans.push((
-                work,
-                end,
-                (row..row + committed).collect::<Vec<_>>(),
-                max_draft_tokens,
-            ));
+            spans.push((work, end, rows, max_draft_tokens));
         }
         let requests: Vec<ProposeRequest<'_>> = spans
             .iter()
@@ -524,23 +559,21 @@ impl<B: Backend> Engine<B> {
                 max_draft_tokens: *max_draft_tokens,
             })
             .collect();
+        let roots: Vec<u32> = requests
+            .iter()
+            .map(|r| *r.tokens.last().expect("a request has tokens"))
+            .collect();
         let drafts = drafter.draft(features, &requests);
         drop(requests);
-        for ((work, ..), (tokens, probs)) in spans.iter().zip(drafts) {
+        for (((work, ..), draft), root) in spans.iter().zip(drafts).zip(roots) {
             let id = work.request_id;
             let state = self.states.get_mut(&id).expect("every request has a state");
-            let (tokens, probs) = match probs {
-                Some(rows) if rows.len() != tokens.len() * self.vocab_size => {
-                    tracing::warn!(
-                        request_id = id,
-                        "draft rows do not match its tokens; dropped"
-                    );
-                    (Vec::new(), None)
-                }
-                probs => (tokens, probs),
-            };
-            state.draft_probs = probs;
-            self.scheduler.set_drafts(id, tokens);
+            let draft = StoredDraft::new(draft, root, self.vocab_size).unwrap_or_else(|reason| {
+                tracing::warn!(request_id = id, reason, "unusable draft dropped");
+                StoredDraft::default()
+            });
+            state.draft_probs = draft.probs;
+            self.scheduler.set_drafts(id, draft.tokens, draft.tree);
         }
     }
 

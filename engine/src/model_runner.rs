@@ -3,6 +3,8 @@
 use aquila_model_loader::model::{FeatureTap, ForwardBatch, KvCache, LlamaModel, SequenceInput};
 use burn::tensor::backend::Backend;
 
+use aquila_spec_decode::tree::DraftTree;
+
 use crate::error::EngineError;
 use crate::scheduler::{KvCommand, ScheduledRequest, SchedulerOutput};
 
@@ -68,9 +70,12 @@ impl<B: Backend> ModelRunner<B> {
         tap: &FeatureTap,
     ) -> Result<StepForward<B>, EngineError> {
         for command in &output.kv_commands {
-            match *command {
-                KvCommand::Reset { slot } => self.kv_cache.reset(slot),
-                KvCommand::Truncate { slot, len } => self.kv_cache.truncate(slot, len),
+            match command {
+                &KvCommand::Reset { slot } => self.kv_cache.reset(slot),
+                &KvCommand::Truncate { slot, len } => self.kv_cache.truncate(slot, len),
+                KvCommand::Gather { slot, start, rows } => {
+                    self.kv_cache.gather(*slot, *start, rows)
+                }
             }
         }
         let rows_per_request: Vec<usize> = output
@@ -120,18 +125,46 @@ impl<B: Backend> ModelRunner<B> {
     }
 }
 
-/// The model input of one scheduled request: its tokens at consecutive positions from the
-/// KV length, causal attention, logits for the last known token and the drafts.
+/// The model input of one scheduled request: its tokens from the KV length, logits for the
+/// last known token and the drafts. Known tokens and chain drafts sit at consecutive positions
+/// under causal attention; tree drafts sit at the root's position plus their depth and see the
+/// known tokens and their own ancestors only.
 fn sequence_input(work: &ScheduledRequest) -> SequenceInput {
     let len = work.token_ids.len();
+    let start = work.start_position;
+    let (positions, mask) = match &work.draft_tree {
+        Some(tree) => {
+            let root_row = work.num_known_tokens() - 1;
+            let positions = (start..start + root_row)
+                .chain(tree.positions(start + root_row))
+                .collect();
+            (positions, Some(tree_mask(root_row, tree)))
+        }
+        None => ((start..start + len).collect(), None),
+    };
     SequenceInput {
         slot: work.slot,
         tokens: work.token_ids.clone(),
-        positions: (work.start_position..work.start_position + len).collect(),
+        positions,
         logits_rows: (len - work.num_logits_rows()..len).collect(),
-        mask: None,
+        mask,
         history_mask: None,
     }
+}
+
+/// The mask among `root_row` known rows followed by the tree's rows: known rows are causal;
+/// tree row `i` sees every known row and the tree rows of its ancestors and itself.
+fn tree_mask(root_row: usize, tree: &DraftTree) -> Vec<Vec<bool>> {
+    let nodes = tree.num_nodes();
+    let block = tree.attention_mask();
+    let n = root_row + nodes;
+    let known = (0..root_row).map(|row| (0..n).map(|col| col <= row).collect());
+    let drafts = block.chunks(nodes).map(|ancestors| {
+        std::iter::repeat_n(true, root_row)
+            .chain(ancestors.iter().copied())
+            .collect()
+    });
+    known.chain(drafts).collect()
 }
 
 #[cfg(test)]
@@ -145,6 +178,7 @@ mod tests {
             start_position: start,
             token_ids: tokens,
             num_draft_tokens: drafts,
+            draft_tree: None,
             samples,
             is_prefill: false,
         }
@@ -166,6 +200,34 @@ mod tests {
         assert_eq!(input.logits_rows, vec![0, 1, 2]);
         let input = sequence_input(&work(vec![1, 2, 3, 4], 0, 0, true));
         assert_eq!(input.logits_rows, vec![3]);
+    }
+
+    #[test]
+    fn tree_drafts_sit_at_their_depth_and_see_only_their_ancestors() {
+        // Known tokens 5, 6 (root 6 at position 11); drafts 1 and 2 under the root, 3 under 2.
+        let tree = DraftTree::from_parts(
+            vec![6, 1, 2, 3],
+            vec![None, Some(0), Some(0), Some(2)],
+            vec![0.0; 4],
+        )
+        .unwrap();
+        let mut work = work(vec![5, 6, 1, 2, 3], 10, 3, true);
+        work.draft_tree = Some(tree);
+        let input = sequence_input(&work);
+        assert_eq!(input.positions, vec![10, 11, 12, 12, 13]);
+        assert_eq!(input.logits_rows, vec![1, 2, 3, 4]);
+        let t = true;
+        let f = false;
+        assert_eq!(
+            input.mask.unwrap(),
+            vec![
+                vec![t, f, f, f, f],
+                vec![t, t, f, f, f],
+                vec![t, t, t, f, f],
+                vec![t, t, f, t, f],
+                vec![t, t, f, t, t],
+            ]
+        );
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! The scheduler's view of a request: its tokens, how many of them are in the KV cache, its slot
 //! and its place in the waiting/running lifecycle.
 
+use aquila_spec_decode::tree::DraftTree;
+
 use crate::output::RequestId;
 
 /// Where a request is in its lifecycle (finished requests leave the scheduler).
@@ -21,8 +23,12 @@ pub(crate) struct Request {
     pub token_ids: Vec<u32>,
     /// Number of prompt tokens at the start of `token_ids`.
     pub num_prompt_tokens: usize,
-    /// Draft tokens to verify in the next decode step (empty without speculative decoding).
+    /// Draft tokens to verify in the next decode step (empty without speculative decoding),
+    /// in tree node order when `draft_tree` is set.
     pub draft_token_ids: Vec<u32>,
+    /// The tree the draft tokens form (its nodes after the root are `draft_token_ids`), or
+    /// `None` for a chain.
+    pub draft_tree: Option<DraftTree>,
     /// Leading tokens of `token_ids` whose keys and values are in the KV cache.
     pub num_computed_tokens: usize,
     /// The KV cache slot while running.
@@ -41,6 +47,7 @@ impl Request {
             num_prompt_tokens: prompt_token_ids.len(),
             token_ids: prompt_token_ids,
             draft_token_ids: Vec::new(),
+            draft_tree: None,
             num_computed_tokens: 0,
             slot: None,
             status: RequestStatus::Waiting,

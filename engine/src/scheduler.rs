@@ -15,6 +15,8 @@
 
 use std::collections::{HashMap, VecDeque};
 
+use aquila_spec_decode::tree::DraftTree;
+
 use crate::kv_budget::KvBudget;
 use crate::output::RequestId;
 use crate::request::{Request, RequestStatus};
@@ -33,7 +35,7 @@ pub(crate) struct SchedulerConfig {
 }
 
 /// A change to a KV cache slot that the model runner applies before the next forward.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum KvCommand {
     /// Empty the slot (its request finished, was aborted or was preempted).
     Reset {
@@ -47,10 +49,20 @@ pub(crate) enum KvCommand {
         /// Positions to keep.
         len: usize,
     },
+    /// Tree commit: keep row `start + rows[i]` at `start + i` and drop every row after them
+    /// (the accepted root-to-node path of a draft tree; `rows[0]` is the root, 0).
+    Gather {
+        /// The slot.
+        slot: usize,
+        /// Position of the tree's root row.
+        start: usize,
+        /// Tree nodes to keep, root first.
+        rows: Vec<usize>,
+    },
 }
 
 /// The model work of one request in one step.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub(crate) struct ScheduledRequest {
     /// The request.
     pub request_id: RequestId,
@@ -62,6 +74,9 @@ pub(crate) struct ScheduledRequest {
     pub token_ids: Vec<u32>,
     /// Draft tokens at the end of `token_ids`.
     pub num_draft_tokens: usize,
+    /// The tree of the root (the last known token) and the drafts, cut to
+    /// `num_draft_tokens + 1` nodes; `None` for chain drafts.
+    pub draft_tree: Option<DraftTree>,
     /// Whether the fed known tokens reach the end of the sequence, so the step samples new
     /// tokens from the rows of the last known token and the drafts.
     pub samples: bool,
@@ -84,10 +99,19 @@ impl ScheduledRequest {
     pub fn num_known_tokens(&self) -> usize {
         self.token_ids.len() - self.num_draft_tokens
     }
+
+    /// Depth of each logits row after the root's (the root row is depth 0): draft `i`'s depth
+    /// in the tree, or `i + 1` along a chain.
+    pub fn draft_depths(&self) -> Vec<usize> {
+        match &self.draft_tree {
+            Some(tree) => (1..tree.num_nodes()).map(|node| tree.depth(node)).collect(),
+            None => (1..=self.num_draft_tokens).collect(),
+        }
+    }
 }
 
 /// What one call to [`Scheduler::schedule`] decided.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct SchedulerOutput {
     /// KV changes to apply before the forward, in order.
     pub kv_commands: Vec<KvCommand>,
@@ -204,13 +228,15 @@ impl Scheduler {
         }
     }
 
-    /// Records the result of a scheduled step for one request: the fed known tokens (and
-    /// `num_accepted_drafts` of its drafts) are now in the KV cache, and `new_token_ids` were
-    /// generated. Rejected draft rows are rolled back.
+    /// Records the result of a scheduled step for one request: the fed known tokens (and the
+    /// drafts `accepted_nodes`, 1-based draft indices in acceptance order: `1..=n` along a
+    /// chain, a root-to-node path in a tree) are now in the KV cache, and `new_token_ids` were
+    /// generated. Rejected draft rows are rolled back; accepted tree rows are moved up behind
+    /// the root.
     pub fn commit(
         &mut self,
         work: &ScheduledRequest,
-        num_accepted_drafts: usize,
+        accepted_nodes: &[usize],
         new_token_ids: &[u32],
     ) {
         let request = self
@@ -218,26 +244,48 @@ impl Scheduler {
             .get_mut(&work.request_id)
             .expect("committed request is unfinished");
         debug_assert_eq!(request.num_computed_tokens, work.start_position);
-        debug_assert!(num_accepted_drafts <= work.num_draft_tokens);
-        let fed = work.num_known_tokens() + num_accepted_drafts;
-        request.num_computed_tokens = work.start_position + fed;
+        let num_accepted = accepted_nodes.len();
+        debug_assert!(num_accepted <= work.num_draft_tokens);
+        let known = work.num_known_tokens();
+        request.num_computed_tokens = work.start_position + known + num_accepted;
         request.token_ids.extend_from_slice(new_token_ids);
         request.draft_token_ids.clear();
-        if num_accepted_drafts < work.num_draft_tokens {
-            let len = request.num_computed_tokens;
-            self.kv.truncate(work.slot, len);
-            self.pending_kv_commands.push(KvCommand::Truncate {
+        request.draft_tree = None;
+        if num_accepted == work.num_draft_tokens {
+            return;
+        }
+        let len = request.num_computed_tokens;
+        self.kv.truncate(work.slot, len);
+        let is_prefix = accepted_nodes.iter().enumerate().all(|(i, &n)| n == i + 1);
+        let command = if is_prefix {
+            KvCommand::Truncate {
                 slot: work.slot,
                 len,
-            });
-        }
+            }
+        } else {
+            KvCommand::Gather {
+                slot: work.slot,
+                start: work.start_position + known - 1,
+                rows: std::iter::once(0)
+                    .chain(accepted_nodes.iter().copied())
+                    .collect(),
+            }
+        };
+        self.pending_kv_commands.push(command);
     }
 
-    /// Sets the draft tokens running request `id` feeds after its root in its next decode step
-    /// (the scheduler may feed fewer when the token or KV budget is short).
-    pub fn set_drafts(&mut self, id: RequestId, draft_token_ids: Vec<u32>) {
+    /// Sets the draft tokens running request `id` feeds after its root in its next decode step,
+    /// with the tree they form (`None`: a chain); the scheduler may feed fewer (a prefix in
+    /// node order) when the token or KV budget is short.
+    pub fn set_drafts(
+        &mut self,
+        id: RequestId,
+        draft_token_ids: Vec<u32>,
+        draft_tree: Option<DraftTree>,
+    ) {
         if let Some(request) = self.requests.get_mut(&id) {
             request.draft_token_ids = draft_token_ids;
+            request.draft_tree = draft_tree;
         }
     }
 
@@ -313,6 +361,7 @@ impl Scheduler {
         request.status = RequestStatus::Waiting;
         request.num_computed_tokens = 0;
         request.draft_token_ids.clear();
+        request.draft_tree = None;
         request.num_preemptions += 1;
         self.waiting.push_front(id);
         self.free_slot(slot);
@@ -354,12 +403,17 @@ impl Scheduler {
         let samples = start + known == request.num_tokens();
         let num_draft_tokens = if samples { num_new_tokens - known } else { 0 };
         token_ids.extend_from_slice(&request.draft_token_ids[..num_draft_tokens]);
+        let draft_tree = match &request.draft_tree {
+            Some(tree) if num_draft_tokens > 0 => Some(tree.prefix(num_draft_tokens + 1)),
+            _ => None,
+        };
         ScheduledRequest {
             request_id: id,
             slot,
             start_position: start,
             token_ids,
             num_draft_tokens,
+            draft_tree,
             samples,
             is_prefill: start < request.num_prompt_tokens,
         }
@@ -388,7 +442,7 @@ mod tests {
         let out = scheduler.schedule();
         for work in &out.scheduled {
             let new: &[u32] = if work.samples { &[token] } else { &[] };
-            scheduler.commit(work, 0, new);
+            scheduler.commit(work, &[], new);
         }
         out
     }
@@ -554,7 +608,7 @@ mod tests {
         assert_eq!(work.num_draft_tokens, 3);
         assert_eq!(work.num_logits_rows(), 4);
         // One draft accepted: root and draft 20 stay in KV, 20 and the bonus 30 are emitted.
-        scheduler.commit(&work, 1, &[20, 30]);
+        scheduler.commit(&work, &[1], &[20, 30]);
         let request = scheduler.get(0).unwrap();
         assert_eq!(request.num_computed_tokens, 6);
         assert_eq!(request.output_token_ids(), &[9, 20, 30]);
@@ -606,8 +660,8 @@ mod tests {
         scheduler.add(Request::new(0, prompt(4)));
         scheduler.add(Request::new(1, prompt(4)));
         step(&mut scheduler, 7);
-        scheduler.set_drafts(0, vec![1, 2, 3]);
-        scheduler.set_drafts(1, vec![1]);
+        scheduler.set_drafts(0, vec![1, 2, 3], None);
+        scheduler.set_drafts(1, vec![1], None);
         // Request 0 would need 4 + 1 + 3 = 8 positions (12 in all): it feeds its root only;
         // request 1's root and draft fit in the rest.
         let out = scheduler.schedule();
@@ -623,13 +677,13 @@ mod tests {
         let mut scheduler = Scheduler::new(config(1, 3, 100));
         scheduler.add(Request::new(0, prompt(2)));
         step(&mut scheduler, 7);
-        scheduler.set_drafts(0, vec![1, 2, 3]);
+        scheduler.set_drafts(0, vec![1, 2, 3], None);
         let out = scheduler.schedule();
         let work = &out.scheduled[0];
         assert_eq!(work.token_ids, vec![7, 1, 2]);
         assert_eq!(work.num_draft_tokens, 2);
         // One draft accepted: the root and draft 1 stay, draft 2's row is rolled back.
-        scheduler.commit(work, 1, &[1, 9]);
+        scheduler.commit(work, &[1], &[1, 9]);
         let out = scheduler.schedule();
         assert_eq!(
             out.kv_commands,
@@ -637,5 +691,65 @@ mod tests {
         );
         assert_eq!(out.scheduled[0].start_position, 4);
         assert_eq!(out.scheduled[0].token_ids, vec![9], "drafts were consumed");
+    }
+
+    /// Root 7 with children 1 and 2; 3 under 2; 4 under 1.
+    fn tree() -> DraftTree {
+        DraftTree::from_parts(
+            vec![7, 1, 2, 3, 4],
+            vec![None, Some(0), Some(0), Some(2), Some(1)],
+            vec![0.0, -1.0, -1.5, -2.0, -2.5],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn tree_drafts_are_cut_in_node_order_and_their_accepted_path_gathered() {
+        let mut scheduler = Scheduler::new(config(1, 4, 100));
+        scheduler.add(Request::new(0, prompt(2)));
+        step(&mut scheduler, 7);
+        let tree = tree();
+        scheduler.set_drafts(0, tree.tokens()[1..].to_vec(), Some(tree.clone()));
+        let out = scheduler.schedule();
+        let work = &out.scheduled[0];
+        assert_eq!(
+            work.token_ids,
+            vec![7, 1, 2, 3],
+            "cut to the token budget of 4"
+        );
+        assert_eq!(work.draft_tree, Some(tree.prefix(4)));
+        assert_eq!(work.draft_depths(), vec![1, 1, 2]);
+        // Path root -> 2 -> 3 accepted: rows 2 and 3 of the tree move behind the root.
+        scheduler.commit(work, &[2, 3], &[2, 3, 5]);
+        let request = scheduler.get(0).unwrap();
+        assert_eq!(request.num_computed_tokens, 5);
+        assert!(request.draft_tree.is_none());
+        let out = scheduler.schedule();
+        assert_eq!(
+            out.kv_commands,
+            vec![KvCommand::Gather {
+                slot: 0,
+                start: 2,
+                rows: vec![0, 2, 3]
+            }]
+        );
+        assert_eq!(out.scheduled[0].start_position, 5);
+        assert_eq!(out.scheduled[0].token_ids, vec![5]);
+        assert_eq!(out.scheduled[0].draft_tree, None);
+    }
+
+    #[test]
+    fn a_tree_path_along_the_node_order_is_a_plain_truncation() {
+        let mut scheduler = Scheduler::new(config(1, 100, 100));
+        scheduler.add(Request::new(0, prompt(2)));
+        step(&mut scheduler, 7);
+        let tree = tree();
+        scheduler.set_drafts(0, tree.tokens()[1..].to_vec(), Some(tree));
+        let out = scheduler.schedule();
+        scheduler.commit(&out.scheduled[0], &[1], &[1, 6]);
+        assert_eq!(
+            scheduler.schedule().kv_commands,
+            vec![KvCommand::Truncate { slot: 0, len: 4 }]
+        );
     }
 }

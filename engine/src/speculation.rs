@@ -10,6 +10,7 @@ use aquila_spec_decode::ngram::{NgramConfig, NgramProposer};
 use aquila_spec_decode::proposer::{
     Draft, EagleProposer, EagleProposerConfig, ProposeBatch, ProposeError, ProposeRequest, Proposer,
 };
+use aquila_spec_decode::tree::DraftTree;
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
@@ -27,6 +28,10 @@ struct Featureless(FeaturelessProposer);
 impl<B: Backend> Proposer<Tensor<B, 2>> for Featureless {
     fn num_speculative_tokens(&self) -> usize {
         self.0.num_speculative_tokens()
+    }
+
+    fn max_draft_depth(&self) -> usize {
+        self.0.max_draft_depth()
     }
 
     fn needs_target_features(&self) -> bool {
@@ -129,17 +134,21 @@ impl<B: Backend> Drafter<B> {
         self.proposer.num_speculative_tokens()
     }
 
+    /// The deepest draft position (chains: `k`; trees: their depth).
+    pub fn max_draft_depth(&self) -> usize {
+        self.proposer.max_draft_depth()
+    }
+
     /// Takes in the rows `requests` committed in the forward that tapped `features` and drafts
-    /// each request's next chain (one entry per request, in order: its draft tokens and, for
-    /// sampled drafts, their `q` rows). A failed drafting call changes no proposer state; its
-    /// requests get no drafts now and are excluded from drafting until they end, so the engine
-    /// keeps decoding them without speculation.
+    /// each request's next chain or tree (one draft per request, in order). A failed drafting
+    /// call changes no proposer state; its requests get no drafts now and are excluded from
+    /// drafting until they end, so the engine keeps decoding them without speculation.
     pub fn draft(
         &mut self,
         features: Option<&Tensor<B, 2>>,
         requests: &[ProposeRequest<'_>],
-    ) -> Vec<(Vec<u32>, Option<Vec<f32>>)> {
-        let empty = || (Vec::new(), None);
+    ) -> Vec<Draft> {
+        let empty = Draft::empty;
         let live: Vec<ProposeRequest<'_>> = requests
             .iter()
             .filter(|r| !self.disabled.contains(&r.request_id))
@@ -174,7 +183,7 @@ impl<B: Backend> Drafter<B> {
                 Some((id, _)) if *id == request.request_id => {
                     let (_, draft) = next.take().expect("matched above");
                     next = drafts.next();
-                    chain_of(draft)
+                    draft
                 }
                 _ => empty(),
             })
@@ -201,23 +210,86 @@ impl<B: Backend> Drafter<B> {
     }
 }
 
-/// The tokens and `q` rows of a chain draft; the engine verifies chains only, so a tree draft
-/// degrades to no draft.
-fn chain_of(draft: Draft) -> (Vec<u32>, Option<Vec<f32>>) {
-    match draft {
-        Draft::Chain(chain) => (chain.tokens, chain.probs),
-        Draft::Tree { .. } => {
-            tracing::warn!("the engine verifies chains only; a tree draft was dropped");
-            (Vec::new(), None)
+/// A draft as the engine keeps it until the request's next step.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct StoredDraft {
+    /// The draft tokens after the root (tree: its nodes after the root, in node order).
+    pub tokens: Vec<u32>,
+    /// The tree of the root and `tokens`; `None` for a chain.
+    pub tree: Option<DraftTree>,
+    /// The `q` rows the tokens were sampled from (chain: one per token; tree: one per node,
+    /// the root's first), or `None` for one-hot.
+    pub probs: Option<Vec<f32>>,
+}
+
+impl StoredDraft {
+    /// Checks a proposer's draft for a request whose last token (the root) is `root`: `q`
+    /// rows must cover every token, and a tree must grow from `root`.
+    pub fn new(draft: Draft, root: u32, vocab_size: usize) -> Result<Self, &'static str> {
+        let (tokens, tree, probs, rows) = match draft {
+            Draft::Chain(chain) => {
+                let rows = chain.tokens.len();
+                (chain.tokens, None, chain.probs, rows)
+            }
+            Draft::Tree { tree, probs } => {
+                if tree.tokens()[0] != root {
+                    return Err("the tree's root is not the request's last token");
+                }
+                let rows = tree.num_nodes();
+                (tree.tokens()[1..].to_vec(), Some(tree), probs, rows)
+            }
+        };
+        if probs.as_ref().is_some_and(|q| q.len() != rows * vocab_size) {
+            return Err("the draft's q rows do not match its tokens");
         }
+        if tokens.is_empty() {
+            return Ok(Self::default());
+        }
+        Ok(Self {
+            tokens,
+            tree,
+            probs,
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use aquila_spec_decode::proposer::ReplayProposer;
+    use aquila_spec_decode::proposer::{ChainDraft, ReplayProposer};
     use burn::backend::Flex;
+
+    fn chain(tokens: &[u32]) -> Draft {
+        Draft::Chain(ChainDraft::deterministic(tokens.to_vec()))
+    }
+
+    #[test]
+    fn stored_drafts_check_the_root_and_the_q_rows() {
+        let tree = DraftTree::from_parts(vec![5, 1, 2], vec![None, Some(0), Some(1)], vec![0.0; 3])
+            .unwrap();
+        let as_tree = |probs| Draft::Tree {
+            tree: tree.clone(),
+            probs,
+        };
+        let stored = StoredDraft::new(as_tree(None), 5, 4).unwrap();
+        assert_eq!(stored.tokens, vec![1, 2]);
+        assert_eq!(stored.tree.as_ref(), Some(&tree));
+        assert!(StoredDraft::new(as_tree(None), 6, 4).is_err(), "wrong root");
+        assert!(StoredDraft::new(as_tree(Some(vec![0.25; 12])), 5, 4).is_ok());
+        assert!(
+            StoredDraft::new(as_tree(Some(vec![0.25; 8])), 5, 4).is_err(),
+            "a tree needs a q row per node"
+        );
+        let sampled = Draft::Chain(ChainDraft {
+            tokens: vec![1],
+            probs: Some(vec![0.5; 3]),
+        });
+        assert!(StoredDraft::new(sampled, 5, 4).is_err());
+        assert_eq!(
+            StoredDraft::new(chain(&[]), 5, 4).unwrap(),
+            StoredDraft::default()
+        );
+    }
 
     fn request(id: u64, tokens: &[u32]) -> ProposeRequest<'_> {
         ProposeRequest {
@@ -236,7 +308,7 @@ mod tests {
         assert_eq!(drafter.feature_tap(), &FeatureTap::None);
         assert_eq!(drafter.num_speculative_tokens(), 2);
         let drafts = drafter.draft(None, &[request(0, &[1, 2]), request(1, &[7, 7])]);
-        assert_eq!(drafts, vec![(vec![3, 4], None), (vec![], None)]);
+        assert_eq!(drafts, vec![chain(&[3, 4]), Draft::empty()]);
     }
 
     #[test]
@@ -245,19 +317,19 @@ mod tests {
         let mut drafter = Drafter::<Flex>::featureless(Box::new(replay));
         // A request without a committed row is rejected by the proposer.
         let drafts = drafter.draft(None, &[request(0, &[1])]);
-        assert_eq!(drafts, vec![(vec![], None)]);
+        assert_eq!(drafts, vec![Draft::empty()]);
         assert_eq!(
             drafter.draft(None, &[request(0, &[1, 2])]),
-            vec![(vec![], None)]
+            vec![Draft::empty()]
         );
         assert_eq!(
             drafter.draft(None, &[request(1, &[1, 2])]),
-            vec![(vec![3, 4], None)]
+            vec![chain(&[3, 4])]
         );
         drafter.release(0);
         assert_eq!(
             drafter.draft(None, &[request(0, &[1, 2])]),
-            vec![(vec![3, 4], None)]
+            vec![chain(&[3, 4])]
         );
     }
 }

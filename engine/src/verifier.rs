@@ -10,15 +10,18 @@
 //! `min_tokens`, and the requested log-probabilities are read from the raw rows.
 
 use aquila_spec_decode::rejection::{
-    ChainRequest, DraftProbs, RejectionError, RejectionSampler, TargetRows, VerifyOutcome,
+    ChainRequest, DraftProbs, RejectionError, RejectionSampler, TargetRows, TreeRequest,
+    VerifyOutcome,
 };
 use aquila_spec_decode::sampling::{log_sum_exp, top_logprobs, RequestRng, SamplingConfig};
+use aquila_spec_decode::tree::DraftTree;
 
 use crate::output::{PositionLogprobs, TokenLogprob};
 
 /// One request's rows and sampling state.
 pub(crate) struct VerifyInput<'a> {
-    /// `(1 + drafts.len()) × vocab_size` raw logits: the root's row, then each draft's.
+    /// `(1 + drafts.len()) × vocab_size` raw logits: the root's row, then each draft's (tree
+    /// drafts in node order).
     pub rows: &'a mut [f32],
     /// The request's prompt tokens.
     pub prompt: &'a [u32],
@@ -27,15 +30,18 @@ pub(crate) struct VerifyInput<'a> {
     pub output: &'a [u32],
     /// Draft tokens fed after the root.
     pub drafts: &'a [u32],
-    /// The distributions the drafts were sampled from (`drafts.len()` rows), or one-hot.
+    /// The tree of the root and `drafts`, or `None` for a chain.
+    pub tree: Option<&'a DraftTree>,
+    /// The distributions the drafts were sampled from (chain: `drafts.len()` rows; tree: one
+    /// row per node, the root's included), or one-hot.
     pub draft_probs: DraftProbs<'a>,
     /// The request's sampling pipeline.
     pub config: &'a SamplingConfig,
     /// The request's random stream.
     pub rng: &'a mut RequestRng,
-    /// Tokens that may not be emitted at the first `suppressed_rows` rows (min_tokens).
+    /// Tokens that may not be emitted from rows of depth below `suppressed_rows` (min_tokens).
     pub suppressed_tokens: &'a [u32],
-    /// Rows, from the first, at which `suppressed_tokens` are masked.
+    /// Row depth (root 0, then the draft's depth) below which `suppressed_tokens` are masked.
     pub suppressed_rows: usize,
     /// Top log-probabilities to return per emitted token, if any.
     pub num_logprobs: Option<usize>,
@@ -64,41 +70,54 @@ impl Verifier {
         })
     }
 
-    /// Verifies every input (in parallel); outcomes are in input order.
+    /// Verifies every input (chains and trees, each kind in parallel); outcomes are in input
+    /// order.
     pub fn verify(&self, inputs: &mut [VerifyInput<'_>]) -> Result<Vec<Verified>, RejectionError> {
         let vocab_size = self.sampler.vocab_size();
         let mut top = Vec::with_capacity(inputs.len());
-        let mut requests = Vec::with_capacity(inputs.len());
+        let mut chains = Vec::new();
+        let mut trees = Vec::new();
+        let mut is_tree = Vec::with_capacity(inputs.len());
         for input in inputs.iter_mut() {
             top.push(
                 input
                     .num_logprobs
                     .map(|n| raw_top_logprobs(input.rows, vocab_size, n)),
             );
-            for row in input
-                .rows
-                .chunks_mut(vocab_size)
-                .take(input.suppressed_rows)
-            {
-                for &token in input.suppressed_tokens {
-                    if let Some(logit) = row.get_mut(token as usize) {
-                        *logit = f32::NEG_INFINITY;
-                    }
-                }
+            suppress(input, vocab_size);
+            let target = TargetRows::Logits {
+                logits: &*input.rows,
+                prompt: input.prompt,
+                output: input.output,
+            };
+            is_tree.push(input.tree.is_some());
+            match input.tree {
+                Some(tree) => trees.push(TreeRequest {
+                    config: input.config,
+                    target,
+                    tree,
+                    draft_probs: input.draft_probs,
+                    rng: &mut *input.rng,
+                }),
+                None => chains.push(ChainRequest {
+                    config: input.config,
+                    target,
+                    draft_tokens: input.drafts,
+                    draft_probs: input.draft_probs,
+                    rng: &mut *input.rng,
+                }),
             }
-            requests.push(ChainRequest {
-                config: input.config,
-                target: TargetRows::Logits {
-                    logits: &*input.rows,
-                    prompt: input.prompt,
-                    output: input.output,
-                },
-                draft_tokens: input.drafts,
-                draft_probs: input.draft_probs,
-                rng: &mut *input.rng,
-            });
         }
-        let outcomes = self.sampler.verify_chain_batch(requests)?;
+        let mut chain_outcomes = self.sampler.verify_chain_batch(chains)?.into_iter();
+        let mut tree_outcomes = self.sampler.verify_tree_batch(trees)?.into_iter();
+        let outcomes = is_tree.into_iter().map(|tree| {
+            let outcomes = if tree {
+                &mut tree_outcomes
+            } else {
+                &mut chain_outcomes
+            };
+            outcomes.next().expect("one outcome per request")
+        });
         Ok(outcomes
             .into_iter()
             .zip(top)
@@ -108,6 +127,25 @@ impl Verifier {
                 outcome,
             })
             .collect())
+    }
+}
+
+/// Masks the input's suppressed tokens in its rows of depth below `suppressed_rows`.
+fn suppress(input: &mut VerifyInput<'_>, vocab_size: usize) {
+    if input.suppressed_rows == 0 || input.suppressed_tokens.is_empty() {
+        return;
+    }
+    let tree = input.tree;
+    let depth = |row: usize| tree.map_or(row, |tree| tree.depth(row));
+    for (row, logits) in input.rows.chunks_mut(vocab_size).enumerate() {
+        if depth(row) >= input.suppressed_rows {
+            continue;
+        }
+        for &token in input.suppressed_tokens {
+            if let Some(logit) = logits.get_mut(token as usize) {
+                *logit = f32::NEG_INFINITY;
+            }
+        }
     }
 }
 
@@ -164,6 +202,7 @@ mod tests {
             prompt: &[0],
             output: &[],
             drafts,
+            tree: None,
             draft_probs: DraftProbs::OneHot,
             config,
             rng,
@@ -222,6 +261,33 @@ mod tests {
         assert!((logprobs[0].sampled.logprob - (1.0 - normalizer)).abs() < 1e-6);
         let top: Vec<u32> = logprobs[0].top.iter().map(|t| t.token_id).collect();
         assert_eq!(top, vec![2, 1], "log-probabilities come from the raw row");
+    }
+
+    #[test]
+    fn trees_accept_the_path_the_argmax_follows_and_mask_by_depth() {
+        let verifier = Verifier::new(VOCAB).unwrap();
+        let config = SamplingConfig::greedy();
+        let mut rng = RequestRng::new(0);
+        // Root 0 with children 1 and 2; node 3 (token 3) under node 2.
+        let tree = DraftTree::from_parts(
+            vec![0, 1, 2, 3],
+            vec![None, Some(0), Some(0), Some(2)],
+            vec![0.0, -1.0, -1.0, -2.0],
+        )
+        .unwrap();
+        let mut rows = vec![
+            0.0, 0.0, 5.0, 0.0, // root predicts 2: node 2
+            9.0, 0.0, 0.0, 0.0, // after node 1 — never reached
+            0.0, 0.0, 0.0, 5.0, // after node 2 predicts 3: node 3
+            0.0, 7.0, 6.0, 0.0, // after node 3 predicts 1, masked by depth: 2
+        ];
+        let mut input = input(&mut rows, &[1, 2, 3], &config, &mut rng);
+        input.tree = Some(&tree);
+        input.suppressed_tokens = &[1];
+        input.suppressed_rows = 4; // every row is shallower than 4
+        let out = verifier.verify(&mut [input]).unwrap();
+        assert_eq!(out[0].outcome.path, vec![0, 2, 3]);
+        assert_eq!(out[0].outcome.tokens, vec![2, 3, 2]);
     }
 
     #[test]

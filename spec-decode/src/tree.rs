@@ -204,6 +204,24 @@ impl DraftTree {
         self.depths.iter().map(|d| root_position + d).collect()
     }
 
+    /// The first `num_nodes` nodes (at least the root, at most all): parents come before their
+    /// children, so every prefix in node order is itself a tree. A scheduler cuts a draft tree
+    /// to its token budget this way.
+    pub fn prefix(&self, num_nodes: usize) -> DraftTree {
+        let n = num_nodes.clamp(1, self.num_nodes());
+        let mut children: Vec<Vec<usize>> = self.children[..n].to_vec();
+        for list in &mut children {
+            list.retain(|&child| child < n);
+        }
+        DraftTree {
+            tokens: self.tokens[..n].to_vec(),
+            parents: self.parents[..n].to_vec(),
+            depths: self.depths[..n].to_vec(),
+            scores: self.scores[..n].to_vec(),
+            children,
+        }
+    }
+
     /// The sub-tree of at most `max_nodes` nodes (root included) with the best scores, closed
     /// under ancestors, with the kept nodes' original indices (in the new node order).
     ///
@@ -308,6 +326,23 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn prefixes_keep_the_first_nodes_and_drop_their_missing_children() {
+        let tree = DraftTree::from_parts(
+            vec![7, 1, 2, 3],
+            vec![None, Some(0), Some(0), Some(1)],
+            vec![0.0, -0.1, -0.2, -0.3],
+        )
+        .unwrap();
+        let cut = tree.prefix(3);
+        assert_eq!(cut.tokens(), &[7, 1, 2]);
+        assert_eq!(cut.children(1), &[] as &[usize], "node 3 was cut");
+        assert_eq!(cut.children(0), &[1, 2]);
+        assert_eq!(cut.max_depth(), 1);
+        assert_eq!(tree.prefix(0).num_nodes(), 1, "the root always stays");
+        assert_eq!(tree.prefix(9), tree);
     }
 
     #[test]

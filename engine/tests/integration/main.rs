@@ -15,3 +15,4 @@ mod spec_lossless;
 mod spec_replay;
 mod spec_smollm2;
 mod spec_stochastic;
+mod spec_tree;

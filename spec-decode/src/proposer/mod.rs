@@ -57,6 +57,12 @@ pub trait Proposer<F> {
     /// `max_draft_tokens` can only lower it.
     fn num_speculative_tokens(&self) -> usize;
 
+    /// The deepest draft token this proposer proposes (its acceptance positions): `k` for
+    /// chains, which is the default; a tree proposer's depth.
+    fn max_draft_depth(&self) -> usize {
+        self.num_speculative_tokens()
+    }
+
     /// Whether [`Proposer::draft`] needs target features (the engine then taps them in every
     /// target forward and passes their rows for every committed row).
     fn needs_target_features(&self) -> bool;

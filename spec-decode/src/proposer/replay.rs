@@ -1,6 +1,7 @@
 //! A proposer that replays known continuations: a "perfect drafter" for engine tests.
 
 use super::{ChainDraft, Draft, ProposeBatch, ProposeError, Proposer};
+use crate::tree::DraftTree;
 
 /// Drafts by replaying scripts: full token sequences (prompt then expected output) known in
 /// advance, e.g. from a non-speculative greedy run of the target.
@@ -10,13 +11,23 @@ use super::{ChainDraft, Draft, ProposeBatch, ProposeError, Proposer};
 /// taken from the target's own greedy output, every draft is accepted, so a greedy speculative
 /// run must reach a mean acceptance length of exactly `k + 1` (except where a script ends).
 /// Optionally every draft token at one chain position is replaced by a wrong token, to exercise
-/// rejection at a chosen depth.
+/// rejection at a chosen depth. With decoys, drafts are trees instead: at every depth the
+/// script's token comes after wrong siblings, so verification must find it among them and the
+/// accepted path is not a prefix of the node order.
 #[derive(Clone, Debug)]
 pub struct ReplayProposer {
     k: usize,
     scripts: Vec<Vec<u32>>,
     corrupt: Option<Corruption>,
+    decoys: Option<Decoys>,
     released: Vec<u64>,
+}
+
+/// The wrong siblings [`ReplayProposer`] puts before every script token of a tree draft.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Decoys {
+    per_depth: usize,
+    vocab_size: u32,
 }
 
 /// Which chain position [`ReplayProposer`] falsifies, and with what token.
@@ -34,8 +45,28 @@ impl ReplayProposer {
             k,
             scripts,
             corrupt: None,
+            decoys: None,
             released: Vec::new(),
         }
+    }
+
+    /// Drafts trees: at every depth, `per_depth` wrong tokens (`token + 1`, `token + 2`, ...
+    /// modulo `vocab_size`) come first as leaves, then the script's token, under which the
+    /// next depth hangs. A tree of depth `d` holds `d × (per_depth + 1)` draft tokens, so
+    /// [`Proposer::num_speculative_tokens`] becomes `k × (per_depth + 1)`.
+    ///
+    /// # Panics
+    /// If `per_depth >= vocab_size` (a decoy would repeat the script's token).
+    pub fn with_tree_decoys(mut self, per_depth: usize, vocab_size: u32) -> Self {
+        assert!(
+            (per_depth as u64) < u64::from(vocab_size),
+            "{per_depth} decoys need a vocabulary of more than {per_depth} tokens"
+        );
+        self.decoys = Some(Decoys {
+            per_depth,
+            vocab_size,
+        });
+        self
     }
 
     /// Replaces the draft token at chain position `position` (0-based) by `token` (choose a token
@@ -74,8 +105,32 @@ impl ReplayProposer {
     }
 }
 
+impl Decoys {
+    /// The tree of `chain` after `root`, with the decoys before every chain token.
+    fn tree(&self, root: u32, chain: &[u32]) -> DraftTree {
+        let mut tree = DraftTree::new(root);
+        let mut parent = 0;
+        for (depth, &token) in chain.iter().enumerate() {
+            let score = -(depth as f32 + 1.0);
+            for offset in 1..=self.per_depth as u64 {
+                let decoy = (u64::from(token) + offset) % u64::from(self.vocab_size);
+                tree.push(parent, decoy as u32, score)
+                    .expect("the parent is an earlier node");
+            }
+            parent = tree
+                .push(parent, token, score)
+                .expect("the parent is an earlier node");
+        }
+        tree
+    }
+}
+
 impl<F> Proposer<F> for ReplayProposer {
     fn num_speculative_tokens(&self) -> usize {
+        self.k * self.decoys.map_or(1, |d| d.per_depth + 1)
+    }
+
+    fn max_draft_depth(&self) -> usize {
         self.k
     }
 
@@ -90,7 +145,13 @@ impl<F> Proposer<F> for ReplayProposer {
             .iter()
             .map(|request| {
                 let tokens = self.replay(request.tokens, request.max_draft_tokens);
-                Draft::Chain(ChainDraft::deterministic(tokens))
+                match (self.decoys, request.tokens.last()) {
+                    (Some(decoys), Some(&root)) if !tokens.is_empty() => Draft::Tree {
+                        tree: decoys.tree(root, &tokens),
+                        probs: None,
+                    },
+                    _ => Draft::Chain(ChainDraft::deterministic(tokens)),
+                }
             })
             .collect())
     }
@@ -137,6 +198,29 @@ mod tests {
             Vec::<u32>::new(),
             "diverged"
         );
+    }
+
+    #[test]
+    fn decoys_turn_drafts_into_trees_with_the_script_token_last_at_each_depth() {
+        let mut replay = ReplayProposer::new(2, vec![vec![1, 2, 3, 4, 5]]).with_tree_decoys(2, 5);
+        assert_eq!(Proposer::<()>::num_speculative_tokens(&replay), 6);
+        assert_eq!(Proposer::<()>::max_draft_depth(&replay), 2);
+        let requests = [ProposeRequest {
+            request_id: 1,
+            tokens: &[1, 2],
+            first_new_position: 0,
+            feature_rows: &[],
+            max_draft_tokens: 8,
+        }];
+        let drafts =
+            Proposer::<()>::draft(&mut replay, &ProposeBatch::without_features(&requests)).unwrap();
+        let Draft::Tree { tree, probs: None } = &drafts[0] else {
+            panic!("a tree draft, got {:?}", drafts[0]);
+        };
+        // Root 2; depth 1: decoys 4, 0 (3 + 1, 3 + 2 mod 5) then 3; depth 2 under 3: 0, 1, 4.
+        assert_eq!(tree.tokens(), &[2, 4, 0, 3, 0, 1, 4]);
+        assert_eq!(tree.path_to(6), vec![0, 3, 6]);
+        assert_eq!(tree.max_depth(), 2);
     }
 
     #[test]
