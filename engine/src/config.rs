@@ -103,6 +103,28 @@ impl fmt::Display for SpeculativeMethod {
     }
 }
 
+/// The shape of EAGLE-2 dynamic draft trees; their depth is
+/// [`SpeculativeConfig::num_speculative_tokens`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DraftTreeConfig {
+    /// Children drafted per expanded node, and nodes expanded per depth (EAGLE-2's `top_k`).
+    pub top_k: usize,
+    /// Draft tokens kept after reranking by cumulative draft probability (EAGLE-2's
+    /// `total_tokens`); every one is a row of the verification forward.
+    pub num_nodes: usize,
+}
+
+impl Default for DraftTreeConfig {
+    /// Four children per node, sixteen draft tokens: a tree small enough that verifying it
+    /// on a CPU costs little more than a chain.
+    fn default() -> Self {
+        Self {
+            top_k: 4,
+            num_nodes: 16,
+        }
+    }
+}
+
 /// Speculative decoding settings.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SpeculativeConfig {
@@ -110,8 +132,11 @@ pub struct SpeculativeConfig {
     pub method: SpeculativeMethod,
     /// Directory of the draft model (EAGLE heads); `None` for n-gram drafting.
     pub draft_model: Option<PathBuf>,
-    /// Draft tokens proposed per request per step.
+    /// Draft tokens proposed per request per step (chains), or the depth of draft trees.
     pub num_speculative_tokens: usize,
+    /// EAGLE-2 dynamic draft trees instead of chains (EAGLE methods only).
+    #[serde(default)]
+    pub tree: Option<DraftTreeConfig>,
     /// Shortest n-gram the n-gram drafter matches.
     pub ngram_min: usize,
     /// Longest n-gram the n-gram drafter matches.
@@ -126,6 +151,7 @@ impl SpeculativeConfig {
             method,
             draft_model: None,
             num_speculative_tokens,
+            tree: None,
             ngram_min: 1,
             ngram_max: 4,
         }
@@ -145,6 +171,16 @@ impl SpeculativeConfig {
                     "speculative.draft_model",
                     format!("method {} needs a draft model directory", self.method),
                 ))
+            }
+            SpeculativeMethod::Ngram if self.tree.is_some() => Err(config_error(
+                "speculative.tree",
+                "draft trees need an EAGLE method; n-gram drafting proposes chains",
+            )),
+            _ if self.tree.is_some_and(|tree| tree.top_k == 0) => {
+                Err(config_error("speculative.tree.top_k", "must be at least 1"))
+            }
+            _ if self.tree.is_some_and(|tree| tree.num_nodes == 0) => {
+                Err(config_error("speculative.tree.num_nodes", "must be at least 1"))
             }
             SpeculativeMethod::Ngram if self.ngram_min == 0 || self.ngram_min > self.ngram_max => {
                 Err(config_error(
@@ -405,6 +441,22 @@ mod tests {
             .contains("ngram_min"));
         ngram.ngram_min = 2;
         ngram.validate().unwrap();
+        ngram.tree = Some(DraftTreeConfig::default());
+        assert!(ngram.validate().unwrap_err().to_string().contains("speculative.tree"));
+        let mut eagle = SpeculativeConfig::new(SpeculativeMethod::Eagle3, 3);
+        eagle.draft_model = Some("/head".into());
+        eagle.tree = Some(DraftTreeConfig {
+            top_k: 0,
+            num_nodes: 8,
+        });
+        assert!(eagle.validate().unwrap_err().to_string().contains("tree.top_k"));
+        eagle.tree = Some(DraftTreeConfig {
+            top_k: 2,
+            num_nodes: 0,
+        });
+        assert!(eagle.validate().unwrap_err().to_string().contains("tree.num_nodes"));
+        eagle.tree = Some(DraftTreeConfig::default());
+        eagle.validate().unwrap();
     }
 
     #[test]

@@ -52,7 +52,8 @@ mod verifier;
 
 pub use aquila_model_loader::tokenizer::ChatMessage;
 pub use config::{
-    DType, Device, EngineConfig, KvCacheBudget, MetricsConfig, SpeculativeConfig, SpeculativeMethod,
+    DType, Device, DraftTreeConfig, EngineConfig, KvCacheBudget, MetricsConfig, SpeculativeConfig,
+    SpeculativeMethod,
 };
 pub use error::{EngineError, PromptError};
 pub use llm::Llm;

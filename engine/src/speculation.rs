@@ -8,7 +8,8 @@ use aquila_model_loader::model::{FeatureTap, LlamaModel};
 use aquila_spec_decode::eagle::EagleHead;
 use aquila_spec_decode::ngram::{NgramConfig, NgramProposer};
 use aquila_spec_decode::proposer::{
-    Draft, EagleProposer, EagleProposerConfig, ProposeBatch, ProposeError, ProposeRequest, Proposer,
+    Draft, EagleProposer, EagleProposerConfig, EagleTreeConfig, ProposeBatch, ProposeError,
+    ProposeRequest, Proposer,
 };
 use aquila_spec_decode::tree::DraftTree;
 use burn::tensor::backend::Backend;
@@ -103,9 +104,16 @@ impl<B: Backend> Drafter<B> {
                         config.method
                     )));
                 }
-                let proposer =
-                    EagleProposer::new(head, target, EagleProposerConfig::greedy(k), max_num_seqs)
-                        .map_err(|e| draft_error(e.to_string()))?;
+                let proposer_config = match config.tree {
+                    Some(tree) => EagleProposerConfig::tree(EagleTreeConfig {
+                        depth: k,
+                        top_k: tree.top_k,
+                        num_nodes: tree.num_nodes,
+                    }),
+                    None => EagleProposerConfig::greedy(k),
+                };
+                let proposer = EagleProposer::new(head, target, proposer_config, max_num_seqs)
+                    .map_err(|e| draft_error(e.to_string()))?;
                 Ok(Self {
                     tap: proposer.feature_tap(),
                     proposer: Box::new(proposer),

@@ -222,6 +222,31 @@ impl DraftTree {
         }
     }
 
+    /// The `n` best nodes of depth `depth` by score (descending; NaN counts as `-inf`), then
+    /// index: the frontier an EAGLE-2 expansion round feeds. Fewer when the depth has fewer.
+    pub fn best_at_depth(&self, depth: usize, n: usize) -> Vec<usize> {
+        let mut nodes: Vec<usize> = (0..self.num_nodes())
+            .filter(|&node| self.depths[node] == depth)
+            .collect();
+        nodes.sort_by(|&a, &b| {
+            self.rank_score(b)
+                .total_cmp(&self.rank_score(a))
+                .then(a.cmp(&b))
+        });
+        nodes.truncate(n);
+        nodes
+    }
+
+    /// The score `node` is ranked by: its score, with NaN as `-inf`.
+    fn rank_score(&self, node: usize) -> f32 {
+        let score = self.scores[node];
+        if score.is_nan() {
+            f32::NEG_INFINITY
+        } else {
+            score
+        }
+    }
+
     /// The sub-tree of at most `max_nodes` nodes (root included) with the best scores, closed
     /// under ancestors, with the kept nodes' original indices (in the new node order).
     ///
@@ -234,18 +259,10 @@ impl DraftTree {
         if max_nodes == 0 {
             return Err(TreeError::ZeroBudget);
         }
-        let key = |n: usize| {
-            let score = self.scores[n];
-            if score.is_nan() {
-                f32::NEG_INFINITY
-            } else {
-                score
-            }
-        };
         let mut order: Vec<usize> = (1..self.num_nodes()).collect();
         order.sort_by(|&a, &b| {
-            key(b)
-                .total_cmp(&key(a))
+            self.rank_score(b)
+                .total_cmp(&self.rank_score(a))
                 .then(self.depths[a].cmp(&self.depths[b]))
                 .then(a.cmp(&b))
         });
@@ -343,6 +360,22 @@ mod tests {
         assert_eq!(cut.max_depth(), 1);
         assert_eq!(tree.prefix(0).num_nodes(), 1, "the root always stays");
         assert_eq!(tree.prefix(9), tree);
+    }
+
+    #[test]
+    fn best_at_depth_ranks_by_score_then_index() {
+        let mut tree = DraftTree::new(0);
+        tree.push(0, 1, -0.5).unwrap(); // 1
+        tree.push(0, 2, -0.1).unwrap(); // 2
+        tree.push(1, 3, -0.6).unwrap(); // 3
+        tree.push(2, 4, f32::NAN).unwrap(); // 4
+        tree.push(2, 5, -0.6).unwrap(); // 5
+        tree.push(2, 6, -0.2).unwrap(); // 6
+        assert_eq!(tree.best_at_depth(1, 5), vec![2, 1]);
+        assert_eq!(tree.best_at_depth(2, 3), vec![6, 3, 5]);
+        assert_eq!(tree.best_at_depth(2, 9), vec![6, 3, 5, 4]);
+        assert_eq!(tree.best_at_depth(0, 2), vec![0]);
+        assert!(tree.best_at_depth(3, 2).is_empty());
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! [`Proposer::release`] so the proposer frees what it keeps for it (EAGLE: the draft KV cache);
 //! a preempted request starts over from position 0 when it is scheduled again.
 //!
-//! Implementations: [`EagleProposer`] (burn feature; EAGLE-1/EAGLE-3 chains),
+//! Implementations: [`EagleProposer`] (burn feature; EAGLE-1/EAGLE-3 chains or EAGLE-2 trees),
 //! [`crate::ngram::NgramProposer`] (prompt lookup) and [`ReplayProposer`] (replays known
 //! continuations, for tests). The trait is generic over the feature type `F` so that it builds
 //! without burn; with burn the engine uses `F = Tensor<B, 2>` (`[rows, width]`).
@@ -44,7 +44,7 @@ mod replay;
 pub use batch::{ProposeBatch, ProposeRequest};
 pub use draft::{ChainDraft, Draft};
 #[cfg(feature = "burn")]
-pub use eagle::{DraftSampling, EagleProposer, EagleProposerConfig};
+pub use eagle::{DraftSampling, EagleProposer, EagleProposerConfig, EagleTreeConfig};
 pub use error::ProposeError;
 pub use replay::ReplayProposer;
 

@@ -15,5 +15,6 @@ mod rejection_greedy;
 mod rejection_stochastic;
 mod sampling_pipeline;
 mod train_tiny;
+mod tree_proposer;
 mod tree_structure;
 mod tree_verify;

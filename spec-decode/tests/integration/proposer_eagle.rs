@@ -8,10 +8,12 @@ use aquila_model_loader::fixtures::eagle::TinyEagle1Options;
 use aquila_model_loader::model::{FeatureTap, ForwardBatch, SequenceInput};
 use aquila_spec_decode::eagle::EagleHead;
 use aquila_spec_decode::proposer::{
-    ChainDraft, DraftSampling, EagleProposer, EagleProposerConfig, ProposeBatch, ProposeError,
-    ProposeRequest, Proposer, ReplayProposer,
+    ChainDraft, Draft, DraftSampling, EagleProposer, EagleProposerConfig, ProposeBatch,
+    ProposeError, ProposeRequest, Proposer, ReplayProposer,
 };
-use aquila_spec_decode::rejection::{ChainRequest, DraftProbs, RejectionSampler, TargetRows};
+use aquila_spec_decode::rejection::{
+    ChainRequest, DraftProbs, RejectionSampler, TargetRows, TreeRequest,
+};
 use aquila_spec_decode::sampling::{probabilities, RequestRng, SamplingConfig};
 use burn::tensor::Tensor;
 use eagle_fixtures::{eagle3_options, max_abs_diff, values, Fixture, B};
@@ -25,16 +27,17 @@ fn sampled(k: usize) -> EagleProposerConfig {
     EagleProposerConfig {
         num_speculative_tokens: k,
         sampling: SAMPLED,
+        tree: None,
     }
 }
 
-fn eagle1(fixture: &Fixture) -> EagleHead<B> {
+pub(crate) fn eagle1(fixture: &Fixture) -> EagleHead<B> {
     fixture
         .load(&fixture.eagle1("eagle1", &TinyEagle1Options::default()))
         .unwrap()
 }
 
-fn eagle3(fixture: &Fixture, draft_vocab: usize) -> EagleHead<B> {
+pub(crate) fn eagle3(fixture: &Fixture, draft_vocab: usize) -> EagleHead<B> {
     let layers = fixture.target.config().num_hidden_layers;
     let dir = fixture.eagle3(
         &format!("eagle3-{draft_vocab}"),
@@ -43,7 +46,7 @@ fn eagle3(fixture: &Fixture, draft_vocab: usize) -> EagleHead<B> {
     fixture.load(&dir).unwrap()
 }
 
-fn proposer(
+pub(crate) fn proposer(
     fixture: &Fixture,
     head: EagleHead<B>,
     config: EagleProposerConfig,
@@ -52,7 +55,7 @@ fn proposer(
 }
 
 /// A request committing `tokens[first..len - 1]` whose features are rows `rows`.
-fn request<'a>(
+pub(crate) fn request<'a>(
     id: u64,
     tokens: &'a [u32],
     first: usize,
@@ -68,7 +71,25 @@ fn request<'a>(
     }
 }
 
-/// Drafts for one request whose committed rows are all rows of `features`.
+/// The draft of one request whose committed rows are all rows of `features`.
+pub(crate) fn draft_single(
+    proposer: &mut EagleProposer<B>,
+    features: &Tensor<B, 2>,
+    id: u64,
+    tokens: &[u32],
+    first: usize,
+    max: usize,
+) -> Result<Draft, ProposeError> {
+    let rows: Vec<usize> = (0..tokens.len() - 1 - first).collect();
+    let requests = [request(id, tokens, first, &rows, max)];
+    let batch = ProposeBatch {
+        features: Some(features),
+        requests: &requests,
+    };
+    Ok(proposer.draft(&batch)?.remove(0))
+}
+
+/// The chain drafted for one request whose committed rows are all rows of `features`.
 fn draft_one(
     proposer: &mut EagleProposer<B>,
     features: &Tensor<B, 2>,
@@ -77,23 +98,18 @@ fn draft_one(
     first: usize,
     max: usize,
 ) -> Result<ChainDraft, ProposeError> {
-    let rows: Vec<usize> = (0..tokens.len() - 1 - first).collect();
-    let requests = [request(id, tokens, first, &rows, max)];
-    let batch = ProposeBatch {
-        features: Some(features),
-        requests: &requests,
-    };
-    let mut drafts = proposer.draft(&batch)?;
-    Ok(drafts
-        .remove(0)
-        .as_chain()
-        .expect("EAGLE drafts chains")
-        .clone())
+    let draft = draft_single(proposer, features, id, tokens, first, max)?;
+    Ok(draft.as_chain().expect("chain proposer").clone())
 }
 
 /// Target features of rows `start..` of the sequence `tokens` (computed over the whole
 /// sequence from position 0, as the target's cache would hold it).
-fn rows_from(fixture: &Fixture, tokens: &[u32], start: usize, tap: &FeatureTap) -> Tensor<B, 2> {
+pub(crate) fn rows_from(
+    fixture: &Fixture,
+    tokens: &[u32],
+    start: usize,
+    tap: &FeatureTap,
+) -> Tensor<B, 2> {
     let all = fixture.features(tokens, tap);
     let n = all.dims()[0];
     all.narrow(0, start, n - start)
@@ -129,10 +145,10 @@ fn last_row_probs(fixture: &Fixture, head: &EagleHead<B>, outputs: Tensor<B, 2>)
     head.vocab_map().scatter_row(&probs, 0.0)
 }
 
-const PROMPT: [u32; 7] = [1, 40, 41, 97, 12, 200, 33];
-const ROOT: u32 = 250;
+pub(crate) const PROMPT: [u32; 7] = [1, 40, 41, 97, 12, 200, 33];
+pub(crate) const ROOT: u32 = 250;
 
-fn with_root(prompt: &[u32], root: u32) -> Vec<u32> {
+pub(crate) fn with_root(prompt: &[u32], root: u32) -> Vec<u32> {
     prompt.iter().copied().chain([root]).collect()
 }
 
@@ -557,19 +573,21 @@ fn inconsistent_inputs_are_rejected_without_changing_state() {
 }
 
 /// What a speculative decoding run produced.
-struct Decoded {
+pub(crate) struct Decoded {
     /// Prompt and generated tokens.
-    tokens: Vec<u32>,
+    pub tokens: Vec<u32>,
     /// Draft tokens proposed and accepted over the run.
-    drafted: usize,
-    accepted: usize,
+    pub drafted: usize,
+    pub accepted: usize,
 }
 
 /// Decodes at least `new_tokens` tokens after `prompt` with the target, drafting with
 /// `drafter` and verifying with the rejection sampler, the way the engine drives a proposer:
 /// after every target forward, the committed rows (the prompt, then root and accepted drafts)
-/// and the next root go to the proposer.
-fn speculative_decode(
+/// and the next root go to the proposer. Chains are verified as one causal run after the root;
+/// trees as their rows under the tree attention mask at `root + depth`, after which the target
+/// cache keeps the accepted path's rows (`KvCache::gather`).
+pub(crate) fn speculative_decode(
     fixture: &Fixture,
     drafter: &mut dyn Proposer<Tensor<B, 2>>,
     tap: &FeatureTap,
@@ -602,49 +620,72 @@ fn speculative_decode(
         (0, (0..prompt.len()).collect::<Vec<_>>(), out.features);
     let (mut drafted, mut accepted) = (0, 0);
     loop {
-        let requests = [request(0, &tokens, first_new, &rows, 3)];
+        let k = drafter.num_speculative_tokens();
+        let requests = [request(0, &tokens, first_new, &rows, k)];
         let batch = ProposeBatch {
             features: features.as_ref(),
             requests: &requests,
         };
-        let chain = drafter
-            .draft(&batch)
-            .unwrap()
-            .remove(0)
-            .as_chain()
-            .unwrap()
-            .clone();
+        let draft = drafter.draft(&batch).unwrap().remove(0);
         if tokens.len() >= prompt.len() + new_tokens {
             break;
         }
         let root_position = tokens.len() - 1;
-        let mut verify_tokens = vec![tokens[root_position]];
-        verify_tokens.extend(&chain.tokens);
-        let verify = SequenceInput::new(0, verify_tokens, root_position).with_all_logits();
+        let verify = match &draft {
+            Draft::Chain(chain) => {
+                let mut verify_tokens = vec![tokens[root_position]];
+                verify_tokens.extend(&chain.tokens);
+                SequenceInput::new(0, verify_tokens, root_position)
+            }
+            Draft::Tree { tree, .. } => {
+                let n = tree.num_nodes();
+                let mask = tree.attention_mask();
+                SequenceInput {
+                    positions: tree.positions(root_position),
+                    ..SequenceInput::new(0, tree.tokens().to_vec(), root_position)
+                }
+                .with_mask(mask.chunks(n).map(<[bool]>::to_vec).collect())
+            }
+        };
         let out = target
-            .forward(&ForwardBatch::new(vec![verify]), &mut cache, tap)
+            .forward(
+                &ForwardBatch::new(vec![verify.with_all_logits()]),
+                &mut cache,
+                tap,
+            )
             .unwrap();
         let logits = values(out.logits);
-        let outcome = sampler
-            .verify_chain(ChainRequest {
+        let target_rows = TargetRows::Logits {
+            logits: &logits,
+            prompt,
+            output: &tokens[prompt.len()..],
+        };
+        let outcome = match &draft {
+            Draft::Chain(chain) => sampler.verify_chain(ChainRequest {
                 config: sampling,
-                target: TargetRows::Logits {
-                    logits: &logits,
-                    prompt,
-                    output: &tokens[prompt.len()..],
-                },
+                target: target_rows,
                 draft_tokens: &chain.tokens,
                 draft_probs: chain.draft_probs(),
                 rng: &mut rng,
-            })
-            .unwrap();
-        drafted += chain.tokens.len();
+            }),
+            Draft::Tree { tree, probs } => sampler.verify_tree(TreeRequest {
+                config: sampling,
+                target: target_rows,
+                tree,
+                draft_probs: probs
+                    .as_deref()
+                    .map_or(DraftProbs::OneHot, DraftProbs::Rows),
+                rng: &mut rng,
+            }),
+        }
+        .unwrap();
+        drafted += draft.num_draft_tokens();
         accepted += outcome.num_accepted();
-        // Keep the root and the accepted drafts in the target cache; the last token is the
-        // next root.
-        cache.truncate(0, root_position + outcome.num_accepted() + 1);
+        // Keep the root and the accepted drafts in the target cache (a chain's path is
+        // 0..=accepted, which gather keeps by truncating); the last token is the next root.
+        cache.gather(0, root_position, &outcome.path);
         first_new = root_position;
-        rows = (0..=outcome.num_accepted()).collect();
+        rows = outcome.path.clone();
         features = out.features;
         tokens.extend(&outcome.tokens);
     }

@@ -1,7 +1,8 @@
-//! [`EagleProposer`]: chains of draft tokens from an EAGLE-1 or EAGLE-3 head.
+//! [`EagleProposer`]: chains or EAGLE-2 dynamic trees of draft tokens from an EAGLE-1 or
+//! EAGLE-3 head.
 //!
 //! Each call takes in the rows every request committed in the last target forward and drafts
-//! its next chain:
+//! its next chain (or tree, see the `tree` module):
 //!
 //! 1. **Committed rows, from target features.** Draft row `t` consumes the pair
 //!    `(h_t, x_{t+1})` at RoPE position `t`: the target feature of committed row `t` and the
@@ -12,7 +13,8 @@
 //! 2. **Chain.** The last committed row's output gives draft token 1. Step `j` then feeds
 //!    token `j` with the previous output recycled as hidden input (EAGLE-1: `f̂`; EAGLE-3: the
 //!    pre-norm output, without `fc`) at position `last + j - 1`, batched over the requests still
-//!    drafting, until each has its `k` tokens.
+//!    drafting, until each has its `k` tokens. With an [`EagleTreeConfig`] this step grows an
+//!    EAGLE-2 tree instead.
 //! 3. **Rollback.** The speculative rows of step 2 are cut from the draft cache, so the next
 //!    round starts from committed rows only and recomputes the accepted ones from target
 //!    features.
@@ -20,8 +22,9 @@
 mod config;
 mod pick;
 mod slots;
+mod tree;
 
-pub use config::{DraftSampling, EagleProposerConfig};
+pub use config::{DraftSampling, EagleProposerConfig, EagleTreeConfig};
 
 use aquila_model_loader::model::{FeatureTap, ForwardBatch, KvCache, LlamaModel, SequenceInput};
 use burn::tensor::backend::Backend;
@@ -32,7 +35,8 @@ use crate::eagle::{EagleError, EagleHead};
 use crate::sampling::SamplingError;
 use slots::{RequestState, SlotTable};
 
-/// Drafts chains of tokens with an EAGLE head, keeping one draft KV-cache slot per request.
+/// Drafts chains of tokens (or EAGLE-2 trees) with an EAGLE head, keeping one draft KV-cache
+/// slot per request.
 ///
 /// The proposer holds a clone of the target model for the embeddings and lm_head the head
 /// shares with it; cloning a burn module only adds references to its weights.
@@ -50,14 +54,15 @@ pub struct EagleProposer<B: Backend> {
 struct Planned {
     slot: usize,
     is_new: bool,
-    /// Draft tokens to propose (after the proposer's `k`, the request's budget and the context
-    /// limit).
+    /// Draft steps to run: chain tokens, or tree depth (after the proposer's `k` or tree depth,
+    /// the request's budget and the context limit).
     budget: usize,
 }
 
 impl<B: Backend> EagleProposer<B> {
     /// A proposer drafting with `head` for `target`, with draft-cache room for `num_slots`
-    /// concurrent requests (the engine's maximum number of running requests).
+    /// concurrent requests (the engine's maximum number of running requests). A tree's `top_k`
+    /// must not exceed the head's draft vocabulary.
     pub fn new(
         head: EagleHead<B>,
         target: &LlamaModel<B>,
@@ -74,6 +79,16 @@ impl<B: Backend> EagleProposer<B> {
             .into());
         }
         head.check_target(target.config())?;
+        if let Some(tree) = config.tree {
+            if tree.top_k > head.vocab_map().draft_vocab_size() {
+                return Err(SamplingError {
+                    name: "tree.top_k",
+                    expected: "at most the head's draft vocabulary size",
+                    value: tree.top_k as f32,
+                }
+                .into());
+            }
+        }
         Ok(Self {
             cache: head.new_kv_cache(num_slots),
             head,
@@ -152,13 +167,14 @@ impl<B: Backend> EagleProposer<B> {
                         vocab_size: target.vocab_size,
                     });
                 }
-                // Draft j is verified at position len - 1 + j, which must be inside the context.
+                // Draft j (tree: depth j) is verified at position len - 1 + j, which must be
+                // inside the context.
                 let room = target
                     .max_position_embeddings
                     .saturating_sub(request.tokens.len());
                 let budget = request
                     .max_draft_tokens
-                    .min(self.config.num_speculative_tokens)
+                    .min(self.config.max_draft_depth())
                     .min(room);
                 Ok(Planned {
                     slot,
@@ -212,19 +228,9 @@ impl<B: Backend> EagleProposer<B> {
         plan: &[Planned],
     ) -> Result<Vec<ChainDraft>, ProposeError> {
         let mut chains = vec![ChainDraft::default(); requests.len()];
-        let mut active: Vec<usize> = (0..requests.len())
-            .filter(|&i| plan[i].budget > 0)
-            .collect();
+        let (mut active, last_rows) = drafting_rows(requests, plan);
         if active.is_empty() {
             return Ok(chains);
-        }
-        let mut last_rows = Vec::with_capacity(active.len());
-        let mut end = 0;
-        for (i, request) in requests.iter().enumerate() {
-            end += request.num_committed();
-            if plan[i].budget > 0 {
-                last_rows.push(end - 1);
-            }
         }
         let mut hidden = select_rows(outputs, &last_rows);
         for step in 1.. {
@@ -320,6 +326,12 @@ impl<B: Backend> Proposer<Tensor<B, 2>> for EagleProposer<B> {
         self.config.num_speculative_tokens
     }
 
+    fn max_draft_depth(&self) -> usize {
+        self.config
+            .tree
+            .map_or(self.config.num_speculative_tokens, |tree| tree.depth)
+    }
+
     fn needs_target_features(&self) -> bool {
         true
     }
@@ -356,12 +368,18 @@ impl<B: Backend> Proposer<Tensor<B, 2>> for EagleProposer<B> {
                 );
             }
         }
-        match self.extend_chains(outputs, requests, &plan) {
-            Ok(chains) => {
+        let drafts = match self.config.tree {
+            None => self
+                .extend_chains(outputs, requests, &plan)
+                .map(|chains| chains.into_iter().map(Draft::Chain).collect()),
+            Some(shape) => self.grow_trees(outputs, requests, &plan, shape),
+        };
+        match drafts {
+            Ok(drafts) => {
                 for (request, planned) in requests.iter().zip(&plan) {
                     self.cache.truncate(planned.slot, request.tokens.len() - 1);
                 }
-                Ok(chains.into_iter().map(Draft::Chain).collect())
+                Ok(drafts)
             }
             Err(err) => {
                 self.roll_back(requests, &plan);
@@ -375,6 +393,22 @@ impl<B: Backend> Proposer<Tensor<B, 2>> for EagleProposer<B> {
             self.cache.reset(slot);
         }
     }
+}
+
+/// The requests that draft this call (budget above 0) and, for each, the row of its last
+/// committed token among the head outputs of step 1 (whose output gives its first draft).
+fn drafting_rows(requests: &[ProposeRequest<'_>], plan: &[Planned]) -> (Vec<usize>, Vec<usize>) {
+    let mut active = Vec::new();
+    let mut last_rows = Vec::new();
+    let mut end = 0;
+    for (i, (request, planned)) in requests.iter().zip(plan).enumerate() {
+        end += request.num_committed();
+        if planned.budget > 0 {
+            active.push(i);
+            last_rows.push(end - 1);
+        }
+    }
+    (active, last_rows)
 }
 
 /// Rows `rows` of `x`, in order (`x` itself when that is every row).

@@ -1,5 +1,6 @@
 //! Reading draft logits back from the device.
 
+use burn::tensor::activation::log_softmax;
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
@@ -18,4 +19,54 @@ pub(super) fn float_rows<B: Backend>(logits: Tensor<B, 2>) -> Vec<Vec<f32>> {
     let [_, vocab] = logits.dims();
     let values: Vec<f32> = logits.into_data().iter::<f32>().collect();
     values.chunks(vocab.max(1)).map(<[f32]>::to_vec).collect()
+}
+
+/// The `k` largest columns of every row of `logits` (`[rows, vocab]`) with their
+/// log-probabilities under the row's softmax, best first; at most `vocab` per row. Ranked and
+/// normalized on the device, so only `rows × k` values come back.
+pub(super) fn top_k_rows<B: Backend>(logits: Tensor<B, 2>, k: usize) -> Vec<Vec<(u32, f32)>> {
+    let [rows, vocab] = logits.dims();
+    let k = k.min(vocab);
+    if rows == 0 || k == 0 {
+        return vec![Vec::new(); rows];
+    }
+    let logprobs = log_softmax(logits.clone(), 1);
+    let (_, ids) = logits.topk_with_indices(k, 1);
+    let scores: Vec<f32> = logprobs
+        .gather(1, ids.clone())
+        .into_data()
+        .iter::<f32>()
+        .collect();
+    let ids: Vec<u32> = ids.into_data().iter::<i64>().map(|id| id as u32).collect();
+    ids.chunks(k)
+        .zip(scores.chunks(k))
+        .map(|(ids, scores)| ids.iter().copied().zip(scores.iter().copied()).collect())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type B = burn::backend::Flex;
+
+    #[test]
+    fn top_k_rows_rank_columns_and_normalize_each_row() {
+        let logits = Tensor::<B, 2>::from_floats(
+            [[0.0, 3.0, 1.0, 2.0], [5.0, 5.5, -1.0, 0.0]],
+            &Default::default(),
+        );
+        let top = top_k_rows(logits.clone(), 2);
+        let ids: Vec<Vec<u32>> = top
+            .iter()
+            .map(|row| row.iter().map(|t| t.0).collect())
+            .collect();
+        assert_eq!(ids, vec![vec![1, 3], vec![1, 0]]);
+        let lse = (0f32.exp() + 3f32.exp() + 1f32.exp() + 2f32.exp()).ln();
+        assert!((top[0][0].1 - (3.0 - lse)).abs() < 1e-5);
+        assert!((top[0][1].1 - (2.0 - lse)).abs() < 1e-5);
+        assert_eq!(argmax_rows(logits.clone()), vec![1, 1]);
+        assert_eq!(top_k_rows(logits.clone(), 9)[0].len(), 4, "at most vocab");
+        assert_eq!(top_k_rows(logits, 0), vec![Vec::new(), Vec::new()]);
+    }
 }
