@@ -179,9 +179,10 @@ impl SpeculativeConfig {
             _ if self.tree.is_some_and(|tree| tree.top_k == 0) => {
                 Err(config_error("speculative.tree.top_k", "must be at least 1"))
             }
-            _ if self.tree.is_some_and(|tree| tree.num_nodes == 0) => {
-                Err(config_error("speculative.tree.num_nodes", "must be at least 1"))
-            }
+            _ if self.tree.is_some_and(|tree| tree.num_nodes == 0) => Err(config_error(
+                "speculative.tree.num_nodes",
+                "must be at least 1",
+            )),
             SpeculativeMethod::Ngram if self.ngram_min == 0 || self.ngram_min > self.ngram_max => {
                 Err(config_error(
                     "speculative.ngram_min",
@@ -442,19 +443,31 @@ mod tests {
         ngram.ngram_min = 2;
         ngram.validate().unwrap();
         ngram.tree = Some(DraftTreeConfig::default());
-        assert!(ngram.validate().unwrap_err().to_string().contains("speculative.tree"));
+        assert!(ngram
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("speculative.tree"));
         let mut eagle = SpeculativeConfig::new(SpeculativeMethod::Eagle3, 3);
         eagle.draft_model = Some("/head".into());
         eagle.tree = Some(DraftTreeConfig {
             top_k: 0,
             num_nodes: 8,
         });
-        assert!(eagle.validate().unwrap_err().to_string().contains("tree.top_k"));
+        assert!(eagle
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("tree.top_k"));
         eagle.tree = Some(DraftTreeConfig {
             top_k: 2,
             num_nodes: 0,
         });
-        assert!(eagle.validate().unwrap_err().to_string().contains("tree.num_nodes"));
+        assert!(eagle
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("tree.num_nodes"));
         eagle.tree = Some(DraftTreeConfig::default());
         eagle.validate().unwrap();
     }

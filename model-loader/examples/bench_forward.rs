@@ -257,6 +257,7 @@ fn main() {
     for rows in [
         1,
         4,
+        5,
         8,
         MAX_GEMV_ROWS,
         MAX_GEMV_ROWS + 1,

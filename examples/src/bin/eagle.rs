@@ -5,7 +5,8 @@
 
 use anyhow::{bail, Context, Result};
 use aquila_engine::{
-    EngineConfig, Llm, Prompt, RequestOutput, SamplingParams, SpeculativeConfig, SpeculativeMethod,
+    DraftTreeConfig, EngineConfig, Llm, Prompt, RequestOutput, SamplingParams, SpeculativeConfig,
+    SpeculativeMethod,
 };
 use aquila_examples::heads;
 use aquila_examples::paths::default_model_dir;
@@ -29,9 +30,16 @@ struct Args {
     /// Draft head directory (EAGLE-1 or EAGLE-3 checkpoint); defaults to the shipped head.
     #[arg(long)]
     draft: Option<PathBuf>,
-    /// Draft tokens per step.
+    /// Draft tokens per step (chains), or the depth of EAGLE-2 draft trees.
     #[arg(long, default_value_t = 3)]
     num_spec_tokens: usize,
+    /// EAGLE-2 dynamic draft trees of this many draft tokens (nodes besides the root) instead
+    /// of chains; 0 drafts chains.
+    #[arg(long, default_value_t = 0)]
+    tree_nodes: usize,
+    /// Children per expanded node (and nodes expanded per depth) of EAGLE-2 draft trees.
+    #[arg(long, default_value_t = 4)]
+    tree_top_k: usize,
     /// Sampling temperature (0 = greedy).
     #[arg(long, default_value_t = 0.0)]
     temperature: f32,
@@ -198,12 +206,24 @@ fn main() -> Result<()> {
     };
     let mut speculative = SpeculativeConfig::new(method, args.num_spec_tokens);
     speculative.draft_model = draft;
+    if args.tree_nodes > 0 {
+        speculative.tree = Some(DraftTreeConfig {
+            top_k: args.tree_top_k,
+            num_nodes: args.tree_nodes,
+        });
+    }
     let prompts = load_prompts(&args)?;
     let params = sampling_params(&args)?;
+    let shape = match speculative.tree {
+        Some(tree) => format!(
+            "EAGLE-2 trees of depth {}, top-k {}, {} draft tokens",
+            args.num_spec_tokens, tree.top_k, tree.num_nodes
+        ),
+        None => format!("k = {}", args.num_spec_tokens),
+    };
     println!(
-        "{} prompts, k = {}, temperature {}, max_tokens {}",
+        "{} prompts, {shape}, temperature {}, max_tokens {}",
         prompts.len(),
-        args.num_spec_tokens,
         args.temperature,
         args.max_tokens
     );

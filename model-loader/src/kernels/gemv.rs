@@ -2,8 +2,10 @@
 //! draft verification and small batches, where reading the weights is the whole cost.
 //!
 //! Every output is a dot product of an input row with a contiguous weight row, so each worker
-//! thread streams its own share of the weights once, whatever the number of input rows: four
-//! weight rows are multiplied with up to four input rows at a time while they sit in L1.
+//! thread streams its own share of the weights once, whatever the number of input rows: a tile
+//! of weight rows is multiplied with up to eight input rows at a time while it sits in
+//! registers and L1 (four weight rows for up to four input rows, three for up to eight, so the
+//! accumulators stay within the 32 vector registers).
 
 use rayon::prelude::*;
 
@@ -14,6 +16,25 @@ pub const MAX_GEMV_ROWS: usize = 16;
 /// Bytes of weights one parallel task reads (small enough to balance, large enough that
 /// scheduling costs nothing).
 const TASK_BYTES: usize = 64 * 1024;
+
+/// Most input rows one tile multiplies.
+const MAX_TILE_HEIGHT: usize = 8;
+
+/// Most weight rows one tile multiplies.
+const MAX_TILE_WIDTH: usize = 4;
+
+/// Tile width for `height` input rows: four weight rows up to four input rows, three beyond
+/// (8 × 3 accumulators, three weight and one input register: 28 of 32).
+fn tile_width(height: usize) -> usize {
+    if height <= 4 {
+        MAX_TILE_WIDTH
+    } else {
+        3
+    }
+}
+
+/// Output tile of [`dot_tile`]: `dots[r][c]` for input row `r` and weight row `c`.
+type Dots = [[f32; MAX_TILE_WIDTH]; MAX_TILE_HEIGHT];
 
 /// One projection: a row-major `[out, in]` weight and an optional `[out]` bias.
 #[derive(Debug, Clone, Copy)]
@@ -79,7 +100,7 @@ pub fn project_rows(
         }
         return outputs;
     }
-    let task_rows = (TASK_BYTES / (4 * d_in)).max(4).next_multiple_of(4);
+    let task_rows = (TASK_BYTES / (4 * d_in)).max(12).next_multiple_of(12);
     let tasks: Vec<(usize, usize, usize)> = projections
         .iter()
         .enumerate()
@@ -99,14 +120,16 @@ pub fn project_rows(
         let n = p.outputs(d_in);
         let out = pointers[b];
         let mut col = start;
+        // One width for the whole task: the widest tile the tallest row block allows.
+        let tile = tile_width(rows.min(MAX_TILE_HEIGHT));
         while col < end {
-            let width = (end - col).min(4);
+            let width = (end - col).min(tile);
             let weights = &p.weight[col * d_in..(col + width) * d_in];
             let mut row = 0;
             while row < rows {
-                let height = (rows - row).min(4);
+                let height = (rows - row).min(MAX_TILE_HEIGHT);
                 let xs = &x[row * d_in..(row + height) * d_in];
-                let mut dots = [[0.0f32; 4]; 4];
+                let mut dots: Dots = [[0.0; MAX_TILE_WIDTH]; MAX_TILE_HEIGHT];
                 dot_tile(weights, width, xs, height, d_in, &mut dots);
                 for (r, dots) in dots.iter().enumerate().take(height) {
                     for (c, &dot) in dots.iter().enumerate().take(width) {
@@ -129,16 +152,17 @@ pub fn project_rows(
     outputs
 }
 
-/// `dots[r][c] = xs[r] · weights[c]` for `height` (≤ 4) input rows and `width` (≤ 4) weight
-/// rows, all `d_in` wide.
+/// `dots[r][c] = xs[r] · weights[c]` for `height` (≤ 8) input rows and `width` weight rows
+/// (≤ [`tile_width`] of the height), all `d_in` wide.
 fn dot_tile(
     weights: &[f32],
     width: usize,
     xs: &[f32],
     height: usize,
     d_in: usize,
-    dots: &mut [[f32; 4]; 4],
+    dots: &mut Dots,
 ) {
+    debug_assert!(height <= MAX_TILE_HEIGHT && width <= tile_width(height));
     #[cfg(target_arch = "x86_64")]
     if super::has_avx512() {
         macro_rules! dispatch {
@@ -156,11 +180,11 @@ fn dot_tile(
                     // SAFETY: AVX-512F is available (checked above); the slices hold
                     // `$w` weight rows and `$h` input rows of `d_in` values.
                     $($h => unsafe { avx512::dot_tile::<$w, $h>(weights, xs, d_in, dots) },)*
-                    _ => unreachable!("tile height is 1..=4"),
+                    _ => unreachable!("tile height is 1..=8"),
                 }
             };
         }
-        dispatch!(1, 2, 3, 4; 1, 2, 3, 4);
+        dispatch!(1, 2, 3, 4; 1, 2, 3, 4, 5, 6, 7, 8);
         return;
     }
     for (r, x) in xs.chunks_exact(d_in).take(height).enumerate() {
@@ -204,7 +228,7 @@ mod avx512 {
         weights: &[f32],
         xs: &[f32],
         d_in: usize,
-        dots: &mut [[f32; 4]; 4],
+        dots: &mut super::Dots,
     ) {
         debug_assert!(weights.len() >= W * d_in && xs.len() >= H * d_in);
         let (w, x) = (weights.as_ptr(), xs.as_ptr());
@@ -277,6 +301,8 @@ mod tests {
             (3, 37, vec![5, 1]),
             (7, 100, vec![13]),
             (16, 64, vec![70, 9]),
+            (5, 576, vec![576, 64]),
+            (12, 130, vec![17, 3]),
             (2, 2000, vec![300]),
         ] {
             let x = values(rows * d_in, 0.3);
