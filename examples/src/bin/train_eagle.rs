@@ -2,7 +2,7 @@
 //! the loader (and public EAGLE heads) use.
 //!
 //! ```text
-//! cargo xtask train-eagle -- --method eagle3 --prompts 512 --epochs 10
+//! cargo xtask train-eagle -- --method eagle3 --prompts 512 --epochs 6
 //! ```
 //!
 //! 1. The built-in training prompts are answered by the target with the engine (greedy).
