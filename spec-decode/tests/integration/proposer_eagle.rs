@@ -447,13 +447,8 @@ fn batched_drafting_equals_drafting_each_request_alone() {
         })
         .collect();
 
-    // Batched: the feature matrix holds the requests in reverse order.
-    let features = Tensor::cat(per_request.iter().rev().cloned().collect(), 0);
     let lengths: Vec<usize> = prompts.iter().map(|p| p.len()).collect();
-    let offsets = [lengths[2] + lengths[1], lengths[2], 0];
-    let rows: Vec<Vec<usize>> = (0..3)
-        .map(|i| (offsets[i]..offsets[i] + lengths[i]).collect())
-        .collect();
+    let (features, rows) = reversed_batch(&per_request, &lengths);
     let requests: Vec<ProposeRequest<'_>> = (0..3)
         .map(|i| request(i as u64, &sequences[i], 0, &rows[i], budgets[i]))
         .collect();
@@ -757,4 +752,21 @@ fn sampled_drafts_verify_with_their_q_rows() {
     assert!(decoded.tokens.len() >= PROMPT.len() + 20);
     assert!(decoded.accepted <= decoded.drafted);
     assert!(decoded.tokens.iter().all(|&t| t < 320));
+}
+
+/// Batched features for requests whose own feature matrices are `per_request` (`lengths[i]`
+/// rows each), stacked in reverse request order, and each request's rows in the stack:
+/// request `i` comes after every later request.
+pub(crate) fn reversed_batch(
+    per_request: &[Tensor<B, 2>],
+    lengths: &[usize],
+) -> (Tensor<B, 2>, Vec<Vec<usize>>) {
+    let features = Tensor::cat(per_request.iter().rev().cloned().collect(), 0);
+    let rows = (0..lengths.len())
+        .map(|i| {
+            let first: usize = lengths[i + 1..].iter().sum();
+            (first..first + lengths[i]).collect()
+        })
+        .collect();
+    (features, rows)
 }

@@ -5,8 +5,8 @@
 
 use crate::eagle_fixtures;
 use crate::proposer_eagle::{
-    draft_single, eagle1, eagle3, proposer, request, rows_from, speculative_decode, with_root,
-    PROMPT, ROOT,
+    draft_single, eagle1, eagle3, proposer, request, reversed_batch, rows_from, speculative_decode,
+    with_root, PROMPT, ROOT,
 };
 
 use aquila_model_loader::model::{FeatureTap, ForwardBatch, KvCache, SequenceInput};
@@ -370,16 +370,8 @@ fn batched_tree_drafting_equals_drafting_each_request_alone() {
         })
         .collect();
 
-    // Batched: the feature matrix holds the requests in reverse order.
-    let features = Tensor::cat(per_request.iter().rev().cloned().collect(), 0);
     let lengths: Vec<usize> = prompts.iter().map(|p| p.len()).collect();
-    let mut offsets = [0; 4];
-    for i in (0..3).rev() {
-        offsets[i] = offsets[i + 1] + lengths[i + 1];
-    }
-    let rows: Vec<Vec<usize>> = (0..4)
-        .map(|i| (offsets[i]..offsets[i] + lengths[i]).collect())
-        .collect();
+    let (features, rows) = reversed_batch(&per_request, &lengths);
     let requests: Vec<ProposeRequest<'_>> = (0..4)
         .map(|i| request(i as u64, &sequences[i], 0, &rows[i], budgets[i]))
         .collect();
