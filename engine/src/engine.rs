@@ -230,6 +230,7 @@ impl<B: Backend> Engine<B> {
             .drafter
             .as_ref()
             .map_or(FeatureTap::None, |d| d.feature_tap().clone());
+        let forward_start = Instant::now();
         let forward = match self.runner.execute(&plan, &tap) {
             Ok(forward) => forward,
             Err(error) => {
@@ -237,6 +238,7 @@ impl<B: Backend> Engine<B> {
                 return Err(error);
             }
         };
+        let forward_done = Instant::now();
         let (mut logits, features) = (forward.logits, forward.features);
         let verified = match self.verify(&plan, logits.per_request()) {
             Ok(verified) => verified,
@@ -270,7 +272,15 @@ impl<B: Backend> Engine<B> {
                 }
             }
         }
+        let draft_start = Instant::now();
         self.draft_next(&plan, features.as_ref(), &accepted_nodes);
+        tracing::debug!(
+            rows = plan.num_batched_tokens(),
+            forward_ms = ms(forward_done - forward_start),
+            verify_ms = ms(draft_start - forward_done),
+            draft_ms = ms(draft_start.elapsed()),
+            "step timing"
+        );
         self.recorder.record_iteration(&iteration);
         self.record_scheduler_stats(plan.preempted.len());
         Ok(output)
@@ -634,6 +644,11 @@ fn derive_seed(engine_seed: u64, id: RequestId) -> u64 {
         z ^ (z >> 31)
     };
     mix(engine_seed.wrapping_add(mix(id.wrapping_add(0x9E37_79B9_7F4A_7C15))))
+}
+
+/// A duration in milliseconds, for logs.
+fn ms(duration: std::time::Duration) -> f64 {
+    duration.as_secs_f64() * 1e3
 }
 
 #[cfg(test)]

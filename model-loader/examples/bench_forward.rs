@@ -48,6 +48,9 @@ struct Args {
     /// Decode steps to time.
     #[arg(long, default_value_t = 64)]
     decode_steps: usize,
+    /// Rows of the speculative-verification measurement (a root and its drafts).
+    #[arg(long, default_value_t = 4)]
+    verify_rows: usize,
     /// Sequences decoded together in the batched measurement.
     #[arg(long, default_value_t = 8)]
     batch: usize,
@@ -137,6 +140,41 @@ fn bench_decode(model: &LlamaModel<B>, sequences: usize, context: usize, steps: 
     let elapsed = start.elapsed();
     bar.finish_and_clear();
     (sequences * steps) as f64 / elapsed.as_secs_f64()
+}
+
+/// Prefills one `context`-token prompt, then times `steps` verification forwards of `rows`
+/// causal rows (a root and its drafts) with logits for every row, rolling the cache back after
+/// each as a full rejection would; returns milliseconds per forward.
+fn bench_verify(model: &LlamaModel<B>, rows: usize, context: usize, steps: usize) -> f64 {
+    let vocab = model.config().vocab_size;
+    let mut cache = model.new_kv_cache(1);
+    let prefill = SequenceInput::new(0, prompt(context, vocab, 0), 0);
+    model
+        .forward(
+            &ForwardBatch::new(vec![prefill]),
+            &mut cache,
+            &FeatureTap::None,
+        )
+        .expect("valid batch");
+    let drafts = prompt(rows, vocab, 1);
+    let bar = progress(steps, &format!("verify {rows} rows"));
+    let start = Instant::now();
+    for _ in 0..steps {
+        let input = SequenceInput::new(0, drafts.clone(), context).with_all_logits();
+        let out = model
+            .forward(
+                &ForwardBatch::new(vec![input]),
+                &mut cache,
+                &FeatureTap::None,
+            )
+            .expect("valid batch");
+        let _ = out.logits.into_data();
+        cache.truncate(0, context);
+        bar.inc(1);
+    }
+    let elapsed = start.elapsed();
+    bar.finish_and_clear();
+    elapsed.as_secs_f64() * 1e3 / steps as f64
 }
 
 /// Microseconds per `[rows, d_in] x [d_out, d_in]ᵀ` product with the weight-streaming kernel,
@@ -245,6 +283,13 @@ fn main() {
         "decode batch 1 (context {}): {single:8.1} tokens/s  ({:.2}x llama.cpp's {LLAMA_CPP_DECODE_TOKENS_PER_S})",
         args.context,
         single / LLAMA_CPP_DECODE_TOKENS_PER_S
+    );
+    let verify = bench_verify(&model, args.verify_rows, args.context, args.decode_steps);
+    println!(
+        "verify {} rows of one sequence (context {}): {verify:6.2} ms per forward  ({:.2}x a batch-1 decode step)",
+        args.verify_rows,
+        args.context,
+        verify * single / 1e3
     );
     let batched = bench_decode(&model, args.batch, args.context, args.decode_steps);
     println!(

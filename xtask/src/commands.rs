@@ -75,6 +75,14 @@ pub fn bench(which: &str, args: &[String]) -> Result<()> {
                 "bench_forward",
                 "--",
             ];
+            let default_model = workspace_root().join(DEFAULT_MODEL_DIR);
+            let default_model = default_model.to_string_lossy();
+            if !args
+                .iter()
+                .any(|a| a == "--model" || a.starts_with("--model="))
+            {
+                cargo_args.extend(["--model", default_model.as_ref()]);
+            }
             cargo_args.extend(args.iter().map(String::as_str));
             cargo(&cargo_args)
         }
