@@ -141,6 +141,13 @@ pub struct SpeculativeConfig {
     pub ngram_min: usize,
     /// Longest n-gram the n-gram drafter matches.
     pub ngram_max: usize,
+    /// Speculate only while at most this many requests are running (vLLM's
+    /// `disable_by_batch_size`); steps with more decode one token per request. Verifying
+    /// `k + 1` rows per request pays when decoding is memory-bound, but a large batch already
+    /// makes the projections compute-bound, where the extra rows cost nearly their full price.
+    /// `None` always speculates.
+    #[serde(default)]
+    pub disable_by_batch_size: Option<usize>,
 }
 
 impl SpeculativeConfig {
@@ -154,6 +161,7 @@ impl SpeculativeConfig {
             tree: None,
             ngram_min: 1,
             ngram_max: 4,
+            disable_by_batch_size: None,
         }
     }
 
@@ -175,6 +183,10 @@ impl SpeculativeConfig {
             SpeculativeMethod::Ngram if self.tree.is_some() => Err(config_error(
                 "speculative.tree",
                 "draft trees need an EAGLE method; n-gram drafting proposes chains",
+            )),
+            _ if self.disable_by_batch_size == Some(0) => Err(config_error(
+                "speculative.disable_by_batch_size",
+                "must be at least 1 (0 would never speculate; leave it unset to always speculate)",
             )),
             _ if self.tree.is_some_and(|tree| tree.top_k == 0) => {
                 Err(config_error("speculative.tree.top_k", "must be at least 1"))

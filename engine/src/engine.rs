@@ -49,6 +49,9 @@ pub(crate) struct Engine<B: Backend> {
     tokenizer: Tokenizer,
     verifier: Verifier,
     drafter: Option<Drafter<B>>,
+    /// Speculate only while at most this many requests run
+    /// ([`crate::SpeculativeConfig::disable_by_batch_size`]).
+    speculation_max_batch: Option<usize>,
     recorder: Arc<Recorder>,
     limits: ResolvedLimits,
     vocab_size: usize,
@@ -134,6 +137,10 @@ impl<B: Backend> Engine<B> {
             tokenizer,
             verifier,
             drafter,
+            speculation_max_batch: config
+                .speculative
+                .as_ref()
+                .and_then(|speculative| speculative.disable_by_batch_size),
             recorder,
             limits,
             vocab_size,
@@ -523,7 +530,16 @@ impl<B: Backend> Engine<B> {
         let Some(drafter) = self.drafter.as_mut() else {
             return;
         };
-        let k = drafter.num_speculative_tokens();
+        // Over the batch-size limit the drafter still takes in the committed rows (its cache
+        // must follow every sequence), but proposes nothing.
+        let speculating = self
+            .speculation_max_batch
+            .is_none_or(|limit| self.scheduler.num_running() <= limit);
+        let k = if speculating {
+            drafter.num_speculative_tokens()
+        } else {
+            0
+        };
         let max_model_len = self.limits.max_model_len;
         let mut spans = Vec::with_capacity(plan.scheduled.len());
         let mut first_row = 0;

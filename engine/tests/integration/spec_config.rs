@@ -49,3 +49,20 @@ fn an_eagle_method_without_a_draft_model_is_a_config_error() {
         }
     ));
 }
+
+#[test]
+fn a_batch_size_limit_of_zero_is_a_config_error() {
+    let model = tiny_model();
+    let eagle1 = eagle1_head(model.path());
+    let mut engine_config = config(model.path());
+    let mut settings = speculative(SpeculativeMethod::Eagle, Some(eagle1.path()), 2);
+    settings.disable_by_batch_size = Some(0);
+    engine_config.speculative = Some(settings);
+    assert!(matches!(
+        Llm::new(engine_config).unwrap_err(),
+        EngineError::Config {
+            field: "speculative.disable_by_batch_size",
+            ..
+        }
+    ));
+}

@@ -40,6 +40,9 @@ struct Args {
     /// Children per expanded node (and nodes expanded per depth) of EAGLE-2 draft trees.
     #[arg(long, default_value_t = 4)]
     tree_top_k: usize,
+    /// Speculate only while at most this many requests run (larger batches decode plainly).
+    #[arg(long)]
+    disable_by_batch_size: Option<usize>,
     /// Sampling temperature (0 = greedy).
     #[arg(long, default_value_t = 0.0)]
     temperature: f32,
@@ -206,6 +209,7 @@ fn main() -> Result<()> {
     };
     let mut speculative = SpeculativeConfig::new(method, args.num_spec_tokens);
     speculative.draft_model = draft;
+    speculative.disable_by_batch_size = args.disable_by_batch_size;
     if args.tree_nodes > 0 {
         speculative.tree = Some(DraftTreeConfig {
             top_k: args.tree_top_k,

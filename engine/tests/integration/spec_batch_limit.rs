@@ -1,0 +1,48 @@
+//! `disable_by_batch_size`: requests decode without drafts while more requests than the limit
+//! run, speculate once the batch has shrunk to the limit, and stay lossless throughout.
+
+use crate::common;
+
+use aquila_engine::{Llm, SpeculativeMethod};
+use common::spec::{eagle1_head, prompt_ids, run, speculative, with_speculative};
+use common::{config, greedy, tiny_model, token_ids, PROMPTS};
+
+const K: usize = 3;
+/// Output tokens of the requests that finish early.
+const SHORT: usize = 3;
+/// Output tokens of the one request that outlives them.
+const LONG: usize = 24;
+
+#[test]
+fn speculation_waits_until_the_batch_shrinks_to_the_limit() {
+    let model = tiny_model();
+    let head = eagle1_head(model.path());
+    let mut plain = Llm::new(config(model.path())).unwrap();
+    let prompts = prompt_ids(&plain, &PROMPTS[..3]);
+    let params = [greedy(SHORT), greedy(SHORT), greedy(LONG)];
+    let baseline = token_ids(&run(&mut plain, &prompts, &params));
+
+    let drafts_with_limit = |limit: Option<usize>| {
+        let mut settings = speculative(SpeculativeMethod::Eagle, Some(head.path()), K);
+        settings.disable_by_batch_size = limit;
+        let mut llm = Llm::new(with_speculative(config(model.path()), settings)).unwrap();
+        let outputs = run(&mut llm, &prompts, &params);
+        assert_eq!(token_ids(&outputs), baseline, "limit {limit:?}");
+        outputs
+            .iter()
+            .map(|o| o.metrics.num_drafts)
+            .collect::<Vec<_>>()
+    };
+
+    let unlimited = drafts_with_limit(None);
+    assert!(unlimited.iter().all(|&drafts| drafts > 0), "{unlimited:?}");
+    // Three requests run: a limit of three changes nothing.
+    assert_eq!(drafts_with_limit(Some(3)), unlimited);
+    // A limit of one: the short requests never speculate; the long one starts once they end.
+    let limited = drafts_with_limit(Some(1));
+    assert_eq!(limited[..2], [0, 0], "{limited:?}");
+    assert!(
+        limited[2] > 0 && limited[2] < unlimited[2],
+        "{limited:?} vs {unlimited:?}"
+    );
+}
