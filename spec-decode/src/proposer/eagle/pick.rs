@@ -1,6 +1,5 @@
 //! Reading draft logits back from the device.
 
-use burn::tensor::activation::log_softmax;
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
@@ -22,26 +21,49 @@ pub(super) fn float_rows<B: Backend>(logits: Tensor<B, 2>) -> Vec<Vec<f32>> {
 }
 
 /// The `k` largest columns of every row of `logits` (`[rows, vocab]`) with their
-/// log-probabilities under the row's softmax, best first; at most `vocab` per row. Ranked and
-/// normalized on the device, so only `rows × k` values come back.
+/// log-probabilities under the row's softmax, best first (ties: lower column first); at most
+/// `vocab` per row. The rows are read back once and ranked on the host in one pass each: `k`
+/// is a handful, and a device-side sort of every draft-vocabulary row cost more than the head's
+/// own forward.
 pub(super) fn top_k_rows<B: Backend>(logits: Tensor<B, 2>, k: usize) -> Vec<Vec<(u32, f32)>> {
     let [rows, vocab] = logits.dims();
     let k = k.min(vocab);
     if rows == 0 || k == 0 {
         return vec![Vec::new(); rows];
     }
-    let logprobs = log_softmax(logits.clone(), 1);
-    let (_, ids) = logits.topk_with_indices(k, 1);
-    let scores: Vec<f32> = logprobs
-        .gather(1, ids.clone())
-        .into_data()
-        .iter::<f32>()
-        .collect();
-    let ids: Vec<u32> = ids.into_data().iter::<i64>().map(|id| id as u32).collect();
-    ids.chunks(k)
-        .zip(scores.chunks(k))
-        .map(|(ids, scores)| ids.iter().copied().zip(scores.iter().copied()).collect())
+    float_rows(logits)
+        .iter()
+        .map(|row| {
+            let log_normalizer = log_sum_exp(row);
+            largest(row, k)
+                .into_iter()
+                .map(|column| (column as u32, row[column] - log_normalizer))
+                .collect()
+        })
         .collect()
+}
+
+/// `ln Σ exp(x)` of a non-empty row, shifted by its maximum so nothing overflows.
+fn log_sum_exp(row: &[f32]) -> f32 {
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    if !max.is_finite() {
+        return max;
+    }
+    max + row.iter().map(|&x| (x - max).exp()).sum::<f32>().ln()
+}
+
+/// The columns of the `k` largest values of `row`, largest first, ties by lower column.
+fn largest(row: &[f32], k: usize) -> Vec<usize> {
+    let mut best: Vec<usize> = Vec::with_capacity(k + 1);
+    for (column, &value) in row.iter().enumerate() {
+        if value.is_nan() || (best.len() == k && value <= row[best[k - 1]]) {
+            continue;
+        }
+        let at = best.partition_point(|&b| row[b] >= value);
+        best.insert(at, column);
+        best.truncate(k);
+    }
+    best
 }
 
 #[cfg(test)]
@@ -68,5 +90,21 @@ mod tests {
         assert_eq!(argmax_rows(logits.clone()), vec![1, 1]);
         assert_eq!(top_k_rows(logits.clone(), 9)[0].len(), 4, "at most vocab");
         assert_eq!(top_k_rows(logits, 0), vec![Vec::new(), Vec::new()]);
+    }
+
+    #[test]
+    fn largest_matches_a_full_sort_and_breaks_ties_by_column() {
+        let row: Vec<f32> = (0..5000)
+            .map(|i| ((i * 7919 % 1000) as f32 * 0.37).sin())
+            .collect();
+        let mut sorted: Vec<usize> = (0..row.len()).collect();
+        sorted.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+        for k in [1, 2, 4, 10] {
+            assert_eq!(largest(&row, k), sorted[..k], "k = {k}");
+        }
+        assert_eq!(largest(&[1.0, 2.0, 2.0, f32::NAN, 0.5], 3), vec![1, 2, 0]);
+        let lse = log_sum_exp(&row);
+        let direct = row.iter().map(|x| x.exp()).sum::<f32>().ln();
+        assert!((lse - direct).abs() < 1e-4, "{lse} vs {direct}");
     }
 }
