@@ -1,14 +1,26 @@
-//! The shipped EAGLE-3 head: it loads against the real SmolLM2 target, drafts tokens the target
-//! accepts on prompts it was not trained on, and leaves greedy output exactly as without it.
+//! The shipped EAGLE-3 and EAGLE-1 heads: each loads against the real SmolLM2 target, drafts
+//! tokens the target accepts on prompts it was not trained on, and leaves greedy output exactly
+//! as without it.
 //! Needs `models/smollm2-135m-instruct` (`cargo xtask import-model`, which CI runs first).
 
 use aquila_engine::{EngineConfig, Llm, SamplingParams, SpeculativeConfig, SpeculativeMethod};
-use aquila_examples::heads::shipped_eagle3_head_dir;
+use aquila_examples::heads::{shipped_eagle3_head_dir, shipped_head_dir};
 use aquila_examples::paths::default_model_dir;
 use aquila_examples::prompts::builtin_chat_prompts;
+use std::path::PathBuf;
 
 #[test]
 fn shipped_eagle3_head_is_accepted_and_lossless() {
+    check_shipped_head(SpeculativeMethod::Eagle3, shipped_eagle3_head_dir());
+}
+
+#[test]
+fn shipped_eagle1_head_is_accepted_and_lossless() {
+    check_shipped_head(SpeculativeMethod::Eagle, shipped_head_dir());
+}
+
+/// Runs the head in `dir` with `method` on three unseen prompts against the plain engine.
+fn check_shipped_head(method: SpeculativeMethod, dir: PathBuf) {
     let model = default_model_dir();
     if std::env::var_os("AQUILA_SKIP_REAL_MODEL").is_some() {
         return;
@@ -22,8 +34,8 @@ fn shipped_eagle3_head_is_accepted_and_lossless() {
     let params = SamplingParams::greedy(24);
 
     let mut config = EngineConfig::new(&model);
-    let mut speculative = SpeculativeConfig::new(SpeculativeMethod::Eagle3, 3);
-    speculative.draft_model = Some(shipped_eagle3_head_dir());
+    let mut speculative = SpeculativeConfig::new(method, 3);
+    speculative.draft_model = Some(dir);
     config.speculative = Some(speculative);
     let mut llm = Llm::new(config).expect("the shipped head loads against SmolLM2");
     let outputs = llm.generate(prompts.clone(), &params).expect("generation");
@@ -33,7 +45,7 @@ fn shipped_eagle3_head_is_accepted_and_lossless() {
     for (spec, base) in outputs.iter().zip(&expected) {
         assert_eq!(
             spec.token_ids, base.token_ids,
-            "speculation changed the output"
+            "{method}: speculation changed the output"
         );
     }
     let drafts: usize = outputs.iter().map(|o| o.metrics.num_draft_tokens).sum();
@@ -42,6 +54,6 @@ fn shipped_eagle3_head_is_accepted_and_lossless() {
     // An untrained head accepts almost nothing; the trained one accepts a real share.
     assert!(
         accepted * 20 > drafts,
-        "{accepted} of {drafts} draft tokens accepted"
+        "{method}: {accepted} of {drafts} draft tokens accepted"
     );
 }
