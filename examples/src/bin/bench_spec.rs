@@ -1,9 +1,10 @@
-//! Speculative decoding on the CPU at temperature 0: baseline tokens/s, then n-gram and EAGLE
-//! drafting (tokens/s, mean acceptance length, speedup), and the cost of one verification step of
+//! Speculative decoding on the CPU at temperature 0: baseline tokens/s, then n-gram, EAGLE-1 and
+//! (with a shipped or given head) EAGLE-3 drafting (tokens/s, mean acceptance length, speedup), and the cost of one verification step of
 //! k + 1 rows relative to a one-row decode step, which decides whether speculation can pay here.
 //!
 //! ```text
-//! cargo xtask bench spec [-- --draft DIR --k 3 --num-prompts 8 --max-tokens 64]
+//! cargo xtask bench spec [-- --draft DIR --draft-eagle3 DIR --k 3 --num-prompts 8
+//!                         --max-tokens 64 --max-num-seqs 1]
 //! ```
 
 use anyhow::{bail, Context, Result};
@@ -31,6 +32,9 @@ struct Args {
     /// EAGLE-1 head; defaults to the shipped head, else an untrained one.
     #[arg(long)]
     draft: Option<PathBuf>,
+    /// EAGLE-3 head; defaults to the shipped head (the row is left out when there is none).
+    #[arg(long)]
+    draft_eagle3: Option<PathBuf>,
     /// Draft tokens per step.
     #[arg(long, default_value_t = 3)]
     k: usize,
@@ -40,6 +44,9 @@ struct Args {
     /// Output tokens per prompt.
     #[arg(long, default_value_t = 48)]
     max_tokens: usize,
+    /// Requests decoded together (1 measures single-request latency); default: all prompts.
+    #[arg(long)]
+    max_num_seqs: Option<usize>,
     /// Cached context length of the verification-cost measurement.
     #[arg(long, default_value_t = 128)]
     context: usize,
@@ -73,8 +80,14 @@ fn main() -> Result<()> {
         }
     };
 
+    let draft_eagle3 = args
+        .draft_eagle3
+        .clone()
+        .or_else(|| Some(heads::shipped_eagle3_head_dir()))
+        .filter(|dir| dir.join("config.json").exists());
+
     let (one_row, k_rows) = verification_cost(&model, &args)?;
-    let configs: [(String, Option<SpeculativeConfig>); 3] = [
+    let mut configs: Vec<(String, Option<SpeculativeConfig>)> = vec![
         ("baseline".to_string(), None),
         (
             format!("n-gram, k = {}", args.k),
@@ -88,6 +101,15 @@ fn main() -> Result<()> {
             }),
         ),
     ];
+    if let Some(dir) = &draft_eagle3 {
+        configs.push((
+            format!("EAGLE-3, k = {}", args.k),
+            Some(SpeculativeConfig {
+                draft_model: Some(dir.clone()),
+                ..SpeculativeConfig::new(SpeculativeMethod::Eagle3, args.k)
+            }),
+        ));
+    }
     let progress = ProgressBar::new(configs.len() as u64);
     progress.set_style(
         ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
@@ -102,11 +124,14 @@ fn main() -> Result<()> {
     progress.finish_and_clear();
 
     println!(
-        "SmolLM2 on the CPU (f32), temperature 0, {} prompts x {} tokens; draft: {}",
+        "SmolLM2 on the CPU (f32), temperature 0, {} prompts x {} tokens; EAGLE-1 draft: {}",
         args.num_prompts,
         args.max_tokens,
         draft.display()
     );
+    if let Some(dir) = &draft_eagle3 {
+        println!("EAGLE-3 draft: {}", dir.display());
+    }
     println!(
         "one decode step (1 row): {:.1} ms; verification of k + 1 = {} rows: {:.1} ms; ratio {:.2}",
         ms(one_row),
@@ -152,6 +177,9 @@ fn run_config(
 ) -> Result<Row> {
     let mut config = EngineConfig::new(model);
     config.speculative = speculative;
+    if let Some(max_num_seqs) = args.max_num_seqs {
+        config.max_num_seqs = max_num_seqs;
+    }
     let mut llm = Llm::new(config).with_context(|| format!("starting `{name}`"))?;
     let prompts: Vec<Prompt> = builtin_chat_prompts(args.num_prompts);
     let params = SamplingParams::greedy(args.max_tokens);
