@@ -38,7 +38,7 @@ struct Args {
     #[arg(long, default_value_t = 0)]
     tree_nodes: usize,
     /// Children per expanded node (and nodes expanded per depth) of EAGLE-2 draft trees.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = DraftTreeConfig::default().top_k)]
     tree_top_k: usize,
     /// Speculate only while at most this many requests run (larger batches decode plainly).
     #[arg(long)]
