@@ -73,13 +73,7 @@ fn digest_vectors(name: &str, series: Vec<(Labels, u64)>, positions: &[usize]) -
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn labels(pairs: &[(&str, &str)]) -> Labels {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use crate::snapshot::metric::labels_from_pairs as labels;
 
     #[test]
     fn per_position_series_become_equal_length_vectors() {

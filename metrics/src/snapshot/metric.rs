@@ -163,6 +163,15 @@ pub struct Vector {
     pub values: Vec<u64>,
 }
 
+/// A label set from `(name, value)` pairs (for tests).
+#[cfg(test)]
+pub(crate) fn labels_from_pairs(pairs: &[(&str, &str)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

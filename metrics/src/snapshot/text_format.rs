@@ -304,14 +304,8 @@ fn assemble_histogram(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::snapshot::metric::labels_from_pairs as labels;
     use crate::snapshot::metric::{Counter, Vector};
-
-    fn labels(pairs: &[(&str, &str)]) -> Labels {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
 
     #[test]
     fn python_and_rust_counter_spellings() {
