@@ -284,7 +284,7 @@ impl<B: Backend> Engine<B> {
         tracing::debug!(
             rows = plan.num_batched_tokens(),
             forward_ms = ms(forward_done - forward_start),
-            verify_ms = ms(draft_start - forward_done),
+            verify_commit_ms = ms(draft_start - forward_done),
             draft_ms = ms(draft_start.elapsed()),
             "step timing"
         );

@@ -1,6 +1,7 @@
 //! Speculative decoding on the CPU at temperature 0: baseline tokens/s, then n-gram, EAGLE-1 and
-//! (with a shipped or given head) EAGLE-3 drafting (tokens/s, mean acceptance length, speedup), and the cost of one verification step of
-//! k + 1 rows relative to a one-row decode step, which decides whether speculation can pay here.
+//! (with a shipped or given head) EAGLE-3 drafting (tokens/s, mean acceptance length, speedup),
+//! and the cost of one verification step of k + 1 rows relative to a one-row decode step, which
+//! decides whether speculation can pay here.
 //!
 //! ```text
 //! cargo xtask bench spec [-- --draft DIR --draft-eagle3 DIR --k 3 --num-prompts 8

@@ -3,6 +3,8 @@
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
+use crate::sampling::top_logprobs;
+
 /// The argmax column of every row of `logits` (`[rows, vocab]`), computed on the device.
 pub(super) fn argmax_rows<B: Backend>(logits: Tensor<B, 2>) -> Vec<u32> {
     logits
@@ -22,48 +24,18 @@ pub(super) fn float_rows<B: Backend>(logits: Tensor<B, 2>) -> Vec<Vec<f32>> {
 
 /// The `k` largest columns of every row of `logits` (`[rows, vocab]`) with their
 /// log-probabilities under the row's softmax, best first (ties: lower column first); at most
-/// `vocab` per row. The rows are read back once and ranked on the host in one pass each: `k`
-/// is a handful, and a device-side sort of every draft-vocabulary row cost more than the head's
-/// own forward.
+/// `vocab` per row. The rows are read back once and ranked on the host by the sampling
+/// pipeline's [`top_logprobs`]: `k` is a handful, and a device-side sort of every
+/// draft-vocabulary row cost more than the head's own forward.
 pub(super) fn top_k_rows<B: Backend>(logits: Tensor<B, 2>, k: usize) -> Vec<Vec<(u32, f32)>> {
-    let [rows, vocab] = logits.dims();
-    let k = k.min(vocab);
+    let rows = logits.dims()[0];
     if rows == 0 || k == 0 {
         return vec![Vec::new(); rows];
     }
     float_rows(logits)
         .iter()
-        .map(|row| {
-            let log_normalizer = log_sum_exp(row);
-            largest(row, k)
-                .into_iter()
-                .map(|column| (column as u32, row[column] - log_normalizer))
-                .collect()
-        })
+        .map(|row| top_logprobs(row, k))
         .collect()
-}
-
-/// `ln Σ exp(x)` of a non-empty row, shifted by its maximum so nothing overflows.
-fn log_sum_exp(row: &[f32]) -> f32 {
-    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    if !max.is_finite() {
-        return max;
-    }
-    max + row.iter().map(|&x| (x - max).exp()).sum::<f32>().ln()
-}
-
-/// The columns of the `k` largest values of `row`, largest first, ties by lower column.
-fn largest(row: &[f32], k: usize) -> Vec<usize> {
-    let mut best: Vec<usize> = Vec::with_capacity(k + 1);
-    for (column, &value) in row.iter().enumerate() {
-        if value.is_nan() || (best.len() == k && value <= row[best[k - 1]]) {
-            continue;
-        }
-        let at = best.partition_point(|&b| row[b] >= value);
-        best.insert(at, column);
-        best.truncate(k);
-    }
-    best
 }
 
 #[cfg(test)]
@@ -90,21 +62,8 @@ mod tests {
         assert_eq!(argmax_rows(logits.clone()), vec![1, 1]);
         assert_eq!(top_k_rows(logits.clone(), 9)[0].len(), 4, "at most vocab");
         assert_eq!(top_k_rows(logits, 0), vec![Vec::new(), Vec::new()]);
-    }
-
-    #[test]
-    fn largest_matches_a_full_sort_and_breaks_ties_by_column() {
-        let row: Vec<f32> = (0..5000)
-            .map(|i| ((i * 7919 % 1000) as f32 * 0.37).sin())
-            .collect();
-        let mut sorted: Vec<usize> = (0..row.len()).collect();
-        sorted.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
-        for k in [1, 2, 4, 10] {
-            assert_eq!(largest(&row, k), sorted[..k], "k = {k}");
-        }
-        assert_eq!(largest(&[1.0, 2.0, 2.0, f32::NAN, 0.5], 3), vec![1, 2, 0]);
-        let lse = log_sum_exp(&row);
-        let direct = row.iter().map(|x| x.exp()).sum::<f32>().ln();
-        assert!((lse - direct).abs() < 1e-4, "{lse} vs {direct}");
+        let tied = Tensor::<B, 2>::from_floats([[1.0, 2.0, 2.0, 0.5]], &Default::default());
+        let ids: Vec<u32> = top_k_rows(tied, 3)[0].iter().map(|t| t.0).collect();
+        assert_eq!(ids, vec![1, 2, 0], "ties rank the lower column first");
     }
 }
