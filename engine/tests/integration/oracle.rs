@@ -1,62 +1,27 @@
 //! Greedy outputs of the real SmolLM2-135M-Instruct equal Hugging Face transformers' (the
-//! oracle in `shared/oracle`), one prompt at a time and all prompts in one batch.
+//! oracle in `testdata/oracle`), one prompt at a time and all prompts in one batch.
 //!
 //! The model is imported by `cargo xtask import-model` into `models/smollm2-135m-instruct`.
-//! Without it the test fails, unless `AQUILA_SKIP_REAL_MODEL=1`. `AQUILA_ORACLE_DIR` overrides
-//! the oracle directory (default `<workspace>/../shared/oracle`).
-
-use std::path::PathBuf;
+//! Without it the test fails, unless `AQUILA_SKIP_REAL_MODEL=1`.
 
 use aquila_engine::{
     ChatMessage, EngineConfig, FinishReason, Llm, Prompt, RequestOutput, SamplingParams, StopReason,
 };
-use serde::Deserialize;
+use aquila_testdata::{GreedyOracle, OraclePrompt, OraclePromptKind};
 
-use crate::common;
-
-use common::{real_model_dir as model_dir, workspace_root};
+use crate::common::real_model_dir as model_dir;
 
 /// Tokens generated per oracle prompt.
 const ORACLE_TOKENS: usize = 32;
 /// Positions from the first oracle margin below this are not compared (near-ties may flip).
 const MIN_MARGIN: f64 = 0.01;
 
-#[derive(Deserialize)]
-struct Oracle {
-    prompts: Vec<OraclePrompt>,
-}
-
-#[derive(Deserialize)]
-struct OraclePrompt {
-    kind: String,
-    prompt_text: String,
-    prompt_ids: Vec<u32>,
-    greedy_ids: Vec<u32>,
-    steps: Vec<OracleStep>,
-}
-
-#[derive(Deserialize)]
-struct OracleStep {
-    margin: f64,
-}
-
-impl OraclePrompt {
-    /// Positions whose token must match: up to the first near-tie.
-    fn comparable(&self) -> usize {
-        self.steps
-            .iter()
-            .position(|step| step.margin < MIN_MARGIN)
-            .unwrap_or(self.steps.len())
-    }
-
-    /// The prompt as the engine takes it: raw text, or the chat messages behind the rendered
-    /// ChatML text.
-    fn prompt(&self) -> Prompt {
-        match self.kind.as_str() {
-            "raw" => Prompt::Text(self.prompt_text.clone()),
-            "chat" => Prompt::Chat(parse_chatml(&self.prompt_text)),
-            other => panic!("unknown oracle prompt kind {other:?}"),
-        }
+/// The prompt as the engine takes it: raw text, or the chat messages behind the rendered ChatML
+/// text.
+fn engine_prompt(oracle: &OraclePrompt) -> Prompt {
+    match oracle.kind {
+        OraclePromptKind::Raw => Prompt::Text(oracle.prompt_text.clone()),
+        OraclePromptKind::Chat => Prompt::Chat(parse_chatml(&oracle.prompt_text)),
     }
 }
 
@@ -77,27 +42,13 @@ fn parse_chatml(text: &str) -> Vec<ChatMessage> {
         .collect()
 }
 
-fn oracle() -> Oracle {
-    let dir = std::env::var_os("AQUILA_ORACLE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("..").join("shared").join("oracle"));
-    let path = dir.join("smollm2-135m-instruct-greedy.json");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "reading the oracle {} (set AQUILA_ORACLE_DIR): {e}",
-            path.display()
-        )
-    });
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()))
-}
-
 fn assert_matches_oracle(output: &RequestOutput, expected: &OraclePrompt, how: &str) {
     assert_eq!(
         output.prompt_token_ids, expected.prompt_ids,
         "{how}: prompt of {:?}",
         expected.prompt_text
     );
-    let n = expected.comparable();
+    let n = expected.comparable_positions(MIN_MARGIN);
     assert_eq!(
         output.token_ids[..n],
         expected.greedy_ids[..n],
@@ -109,7 +60,7 @@ fn assert_matches_oracle(output: &RequestOutput, expected: &OraclePrompt, how: &
 #[test]
 fn greedy_outputs_equal_the_transformers_oracle() {
     let Some(model) = model_dir() else { return };
-    let oracle = oracle();
+    let oracle = GreedyOracle::load();
     let mut llm = Llm::new(EngineConfig::new(&model)).expect("engine on the real model");
     let params = SamplingParams {
         ignore_eos: true,
@@ -117,11 +68,11 @@ fn greedy_outputs_equal_the_transformers_oracle() {
     };
 
     for expected in &oracle.prompts {
-        let output = llm.generate(expected.prompt(), &params).unwrap().remove(0);
+        let output = llm.generate(engine_prompt(expected), &params).unwrap().remove(0);
         assert_matches_oracle(&output, expected, "alone");
     }
 
-    let prompts: Vec<Prompt> = oracle.prompts.iter().map(OraclePrompt::prompt).collect();
+    let prompts: Vec<Prompt> = oracle.prompts.iter().map(engine_prompt).collect();
     let outputs = llm.generate(prompts, &params).unwrap();
     for (output, expected) in outputs.iter().zip(&oracle.prompts) {
         assert_matches_oracle(output, expected, "batched");
@@ -135,9 +86,9 @@ fn greedy_outputs_equal_the_transformers_oracle() {
         .iter()
         .position(|&t| t == 2)
         .expect("the oracle emits EOS");
-    assert!(eos < first.comparable());
+    assert!(eos < first.comparable_positions(MIN_MARGIN));
     let output = llm
-        .generate(first.prompt(), &SamplingParams::greedy(ORACLE_TOKENS))
+        .generate(engine_prompt(first), &SamplingParams::greedy(ORACLE_TOKENS))
         .unwrap()
         .remove(0);
     assert_eq!(output.finish_reason, FinishReason::Stop(StopReason::Eos(2)));

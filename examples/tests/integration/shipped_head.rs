@@ -5,7 +5,6 @@
 
 use aquila_engine::{EngineConfig, Llm, SamplingParams, SpeculativeConfig, SpeculativeMethod};
 use aquila_examples::heads::{shipped_eagle3_head_dir, shipped_head_dir};
-use aquila_examples::paths::default_model_dir;
 use aquila_examples::prompts::builtin_chat_prompts;
 use std::path::PathBuf;
 
@@ -21,15 +20,9 @@ fn shipped_eagle1_head_is_accepted_and_lossless() {
 
 /// Runs the head in `dir` with `method` on three unseen prompts against the plain engine.
 fn check_shipped_head(method: SpeculativeMethod, dir: PathBuf) {
-    let model = default_model_dir();
-    if std::env::var_os("AQUILA_SKIP_REAL_MODEL").is_some() {
+    let Some(model) = aquila_testdata::real_model_dir() else {
         return;
-    }
-    assert!(
-        model.join("config.json").exists(),
-        "no model at {}: run `cargo xtask import-model`",
-        model.display()
-    );
+    };
     let prompts = builtin_chat_prompts(3);
     let params = SamplingParams::greedy(24);
 

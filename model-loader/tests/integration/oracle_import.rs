@@ -2,31 +2,22 @@
 //! hashes and prompt token ids.
 //!
 //! Needs `models/smollm2-135m-instruct` (made by
-//! `cargo run -p aquila-examples --bin import-model`) and the oracle files in
-//! `<workspace>/../shared/oracle` (or `AQUILA_ORACLE_DIR`). Without the model the tests fail,
-//! unless `AQUILA_SKIP_REAL_MODEL=1`.
+//! `cargo xtask import-model`) and the oracle files in `testdata/oracle`. Without the model the
+//! tests fail, unless `AQUILA_SKIP_REAL_MODEL=1`.
 
 use aquila_model_loader::gguf::{smollm2, ImportMarker, IMPORTER_VERSION};
 use aquila_model_loader::tokenizer::{ChatMessage, Tokenizer};
 use rayon::prelude::*;
-use serde_json::Value;
+use aquila_testdata::{GreedyOracle, OraclePromptKind};
 use sha2::{Digest, Sha256};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-const IMPORT_HINT: &str = "import it with `cargo run -p aquila-examples --bin import-model` \
+const IMPORT_HINT: &str = "re-import it with `cargo xtask import-model` \
      (or set AQUILA_SKIP_REAL_MODEL=1 to skip tests on the real model)";
 
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// The imported model and oracle directories, or `None` when the real model is skipped.
-fn dirs() -> Option<(PathBuf, PathBuf)> {
-    if std::env::var("AQUILA_SKIP_REAL_MODEL").as_deref() == Ok("1") {
-        eprintln!("AQUILA_SKIP_REAL_MODEL=1: skipping the SmolLM2 oracle test");
-        return None;
-    }
-    let model = workspace_root().join(smollm2::MODEL_DIR);
+/// The imported model directory, or `None` when the real model is skipped.
+fn model_dir() -> Option<PathBuf> {
+    let model = aquila_testdata::real_model_dir()?;
     let marker = ImportMarker::read(&model).unwrap_or_else(|e| panic!("{e}; {IMPORT_HINT}"));
     match marker {
         None => panic!("{} is missing or incomplete (no import marker); {IMPORT_HINT}", model.display()),
@@ -37,29 +28,15 @@ fn dirs() -> Option<(PathBuf, PathBuf)> {
         ),
         Some(_) => {}
     }
-    let oracle = std::env::var_os("AQUILA_ORACLE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("../shared/oracle"));
-    assert!(
-        oracle.join("smollm2-135m-instruct-tensors.json").is_file(),
-        "oracle files not found in {} (set AQUILA_ORACLE_DIR)",
-        oracle.display()
-    );
-    Some((model, oracle))
-}
-
-fn read_json(path: &Path) -> Value {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    Some(model)
 }
 
 #[test]
 fn every_tensor_matches_the_oracle_hash() {
-    let Some((model, oracle)) = dirs() else {
+    let Some(model) = model_dir() else {
         return;
     };
-    let expected = read_json(&oracle.join("smollm2-135m-instruct-tensors.json"));
-    let expected = expected.as_object().expect("tensor oracle is an object");
+    let expected = aquila_testdata::tensor_hashes();
     assert_eq!(expected.len(), 272);
     let path = model.join("model.safetensors");
     let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -68,32 +45,25 @@ fn every_tensor_matches_the_oracle_hash() {
     let st = safetensors::SafeTensors::deserialize(&map).unwrap();
     let mut names: Vec<String> = st.names().into_iter().map(String::from).collect();
     names.sort();
-    let mut want: Vec<&String> = expected.keys().collect();
-    want.sort();
+    let want: Vec<&String> = expected.keys().collect();
     assert_eq!(
         names.iter().collect::<Vec<_>>(),
         want,
         "tensor names differ from the oracle"
     );
 
-    let entries: Vec<(&String, &Value)> = expected.iter().collect();
+    let entries: Vec<_> = expected.iter().collect();
     let mismatches: Vec<String> = entries
         .into_par_iter()
         .filter_map(|(name, entry)| {
             let view = st.tensor(name).unwrap();
-            let shape: Vec<usize> = entry["shape"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|d| d.as_u64().unwrap() as usize)
-                .collect();
             let digest: String = Sha256::digest(view.data())
                 .iter()
                 .map(|b| format!("{b:02x}"))
                 .collect();
             let ok = view.dtype() == safetensors::Dtype::F32
-                && view.shape() == shape.as_slice()
-                && digest == entry["sha256_le_f32"].as_str().unwrap();
+                && view.shape() == entry.shape.as_slice()
+                && digest == entry.sha256_le_f32;
             (!ok).then(|| format!("{name}: {:?} {:?} {digest}", view.dtype(), view.shape()))
         })
         .collect();
@@ -107,27 +77,21 @@ fn every_tensor_matches_the_oracle_hash() {
 
 #[test]
 fn rebuilt_tokenizer_reproduces_every_prompt() {
-    let Some((model, oracle)) = dirs() else {
+    let Some(model) = model_dir() else {
         return;
     };
     let tokenizer = Tokenizer::from_dir(&model).unwrap();
     assert_eq!(tokenizer.vocab_size(), 49152);
     assert_eq!(tokenizer.special_tokens().bos, Some(1));
     assert_eq!(tokenizer.special_tokens().eos_id(), Some(2));
-    let greedy = read_json(&oracle.join("smollm2-135m-instruct-greedy.json"));
-    let prompts = greedy["prompts"].as_array().expect("prompts array");
-    assert_eq!(prompts.len(), 6);
-    for prompt in prompts {
-        let text = prompt["prompt_text"].as_str().unwrap();
-        let want: Vec<u32> = prompt["prompt_ids"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|id| id.as_u64().unwrap() as u32)
-            .collect();
-        let got = match prompt["kind"].as_str().unwrap() {
-            "raw" => tokenizer.encode(text, false).unwrap(),
-            "chat" => {
+    let oracle = GreedyOracle::load();
+    assert_eq!(oracle.prompts.len(), 6);
+    for prompt in &oracle.prompts {
+        let text = prompt.prompt_text.as_str();
+        let want = &prompt.prompt_ids;
+        let got = match prompt.kind {
+            OraclePromptKind::Raw => tokenizer.encode(text, false).unwrap(),
+            OraclePromptKind::Chat => {
                 let user = chat_user_message(text);
                 let rendered = tokenizer
                     .apply_chat_template(&[ChatMessage::user(user)], true)
@@ -137,9 +101,8 @@ fn rebuilt_tokenizer_reproduces_every_prompt() {
                     .encode_chat(&[ChatMessage::user(user)], true)
                     .unwrap()
             }
-            other => panic!("unknown prompt kind {other:?}"),
         };
-        assert_eq!(got, want, "prompt {text:?}");
+        assert_eq!(&got, want, "prompt {text:?}");
         assert_eq!(tokenizer.decode(&got, false).unwrap(), text);
     }
 }

@@ -3,7 +3,7 @@
 
 #![allow(dead_code)] // Each test binary uses a different subset.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use aquila_engine::{EngineConfig, KvCacheBudget, Llm, RequestOutput, SamplingParams};
 use aquila_model_loader::fixtures;
@@ -83,29 +83,4 @@ pub fn token_ids(outputs: &[RequestOutput]) -> Vec<Vec<u32>> {
 
 pub mod spec;
 
-/// The workspace root.
-pub fn workspace_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// The SmolLM2 model directory, or `None` when it is missing and the test may be skipped.
-pub fn real_model_dir() -> Option<PathBuf> {
-    let dir = workspace_root()
-        .join("models")
-        .join("smollm2-135m-instruct");
-    if dir.join("config.json").exists() {
-        return Some(dir);
-    }
-    if std::env::var("AQUILA_SKIP_REAL_MODEL").as_deref() == Ok("1") {
-        eprintln!(
-            "skipping: {} is missing and AQUILA_SKIP_REAL_MODEL=1",
-            dir.display()
-        );
-        return None;
-    }
-    panic!(
-        "the real model is missing at {}: import it with `cargo xtask import-model`, or set \
-         AQUILA_SKIP_REAL_MODEL=1 to skip this test",
-        dir.display()
-    );
-}
+pub use aquila_testdata::real_model_dir;
