@@ -39,9 +39,21 @@ pub enum Profile {
     Release,
 }
 
-/// Builds and runs `aquila-examples`' binary `bin` with `args`.
+impl Profile {
+    /// Cargo's name for the profile.
+    fn name(self) -> &'static str {
+        match self {
+            Profile::Dev => "dev profile",
+            Profile::Release => "release profile",
+        }
+    }
+}
+
+/// Builds and runs `aquila-examples`' binary `bin` with `args`. Cargo's own build progress stays
+/// visible (a first build takes minutes), then the binary's output follows.
 pub fn run_example(bin: &str, profile: Profile, args: &[String]) -> Result<()> {
-    let mut cargo_args = vec!["run", "--quiet", "-p", "aquila-examples", "--bin", bin];
+    eprintln!("xtask: building and starting `{bin}` ({})", profile.name());
+    let mut cargo_args = vec!["run", "-p", "aquila-examples", "--bin", bin];
     if profile == Profile::Release {
         cargo_args.push("--release");
     }
