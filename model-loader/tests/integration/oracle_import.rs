@@ -7,8 +7,8 @@
 
 use aquila_model_loader::gguf::{ImportMarker, IMPORTER_VERSION};
 use aquila_model_loader::tokenizer::{ChatMessage, Tokenizer};
-use rayon::prelude::*;
 use aquila_testdata::{GreedyOracle, OraclePromptKind};
+use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 use std::path::PathBuf;
 
