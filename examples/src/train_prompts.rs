@@ -1,8 +1,9 @@
 //! A built-in, deterministic set of short single-turn chat prompts for self-distilling an EAGLE
 //! draft head (the target model answers them; the head learns from its features).
 //!
-//! Each category has a few template sentences with slots and a vocabulary per slot; every
-//! combination is enumerated (math prompts draw their numbers from the seeded rng instead), the
+//! Each category has a few template sentences with slots and a vocabulary per slot, kept as data
+//! in `examples/data/train-prompts.json` (built into the binary); every combination is
+//! enumerated (math prompts draw their numbers from the seeded rng instead), the
 //! lists are shuffled with `ChaCha8Rng::seed_from_u64(seed)`, deduplicated, filtered against the
 //! topics of the evaluation prompts, and taken round robin across the categories so that any
 //! prefix of the result is diverse.
@@ -10,7 +11,9 @@
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::collections::HashSet;
+use serde::Deserialize;
+use std::collections::{HashMap, HashSet};
+use std::sync::OnceLock;
 
 /// Category of a training prompt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -84,42 +87,71 @@ pub fn max_distinct_prompts() -> usize {
     distinct_total(&category_pools(0))
 }
 
-/// Lower-case fragments that mark the topics of the evaluation prompts
-/// ([`crate::prompts::BUILTIN_CHAT_PROMPTS`] and the oracle prompts): a generated prompt that
-/// contains one is dropped, so no training prompt is a near copy of an evaluation prompt.
-const HELD_OUT_TOPICS: &[&str] = &[
-    "fibonacci",
-    "hash map",
-    "hash table",
-    "17 times 23",
-    "23 times 17",
-    "multiplied by",
-    "2 plus 2",
-    "2+2",
-    "tomato soup",
-    "sky",
-    "planet",
-    "solar system",
-    "water cycle",
-    "boil",
-    "haiku",
-    "autumn",
-    "lighthouse",
-    "good morning",
-    "translate",
-    "french",
-    "spanish",
-    "studying",
-    "focus",
-    "exercise",
-    "capital of",
-    "once upon a time",
-];
+/// The generator's data: templates per category, the vocabularies their slots draw from, and
+/// the topics of the evaluation prompts.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PromptData {
+    /// Lower-case fragments that mark the topics of the evaluation prompts
+    /// ([`crate::prompts::BUILTIN_CHAT_PROMPTS`] and the oracle prompts): a generated prompt
+    /// that contains one is dropped, so no training prompt is a near copy of an evaluation
+    /// prompt.
+    held_out_topics: Vec<String>,
+    /// Templates of the enumerated categories.
+    templates: CategoryTemplates,
+    /// Named vocabularies.
+    words: HashMap<String, Vec<String>>,
+}
 
-/// Whether `text` touches a topic of the evaluation prompts (see [`HELD_OUT_TOPICS`]).
+/// The templates of every enumerated category (math is drawn from the rng instead).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CategoryTemplates {
+    question: Vec<Template>,
+    instruction: Vec<Template>,
+    story: Vec<Template>,
+    code: Vec<Template>,
+}
+
+/// One template sentence with slots `{0}`, `{1}`, ...
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Template {
+    /// The sentence.
+    text: String,
+    /// For every slot in order, the vocabulary that fills it (every combination is made).
+    #[serde(default)]
+    slots: Vec<String>,
+    /// Vocabularies whose unordered pairs of distinct words fill `{0}` and `{1}` (the earlier
+    /// word first), pairs taken within each vocabulary.
+    #[serde(default)]
+    pairs_within: Vec<String>,
+}
+
+/// The built-in generator data, parsed once.
+fn data() -> &'static PromptData {
+    static DATA: OnceLock<PromptData> = OnceLock::new();
+    DATA.get_or_init(|| {
+        serde_json::from_str(include_str!("../data/train-prompts.json"))
+            .expect("examples/data/train-prompts.json is valid (checked by a unit test)")
+    })
+}
+
+/// The vocabulary `name` of the built-in data.
+fn words(name: &str) -> &'static [String] {
+    data()
+        .words
+        .get(name)
+        .unwrap_or_else(|| panic!("train-prompts.json names an unknown vocabulary {name:?}"))
+}
+
+/// Whether `text` touches a topic of the evaluation prompts.
 fn is_held_out(text: &str) -> bool {
     let lower = text.to_lowercase();
-    HELD_OUT_TOPICS.iter().any(|topic| lower.contains(topic))
+    data()
+        .held_out_topics
+        .iter()
+        .any(|topic| lower.contains(topic.as_str()))
 }
 
 /// The prompts of every category, in [`PromptCategory::ALL`] order, each shuffled by the rng of
@@ -186,17 +218,32 @@ fn round_robin(pools: Vec<(PromptCategory, Vec<String>)>, count: usize) -> Vec<T
 
 /// Every prompt of `category` before shuffling (math prompts draw their numbers from `rng`).
 fn enumerate_category(category: PromptCategory, rng: &mut ChaCha8Rng) -> Vec<String> {
-    match category {
-        PromptCategory::Question => question_prompts(),
-        PromptCategory::Instruction => instruction_prompts(),
-        PromptCategory::Story => story_prompts(),
-        PromptCategory::Code => code_prompts(),
-        PromptCategory::Math => math_prompts(rng),
+    let templates = &data().templates;
+    let templates = match category {
+        PromptCategory::Question => &templates.question,
+        PromptCategory::Instruction => &templates.instruction,
+        PromptCategory::Story => &templates.story,
+        PromptCategory::Code => &templates.code,
+        PromptCategory::Math => return math_prompts(rng),
+    };
+    templates.iter().flat_map(Template::fill).collect()
+}
+
+impl Template {
+    /// Every filling of the template.
+    fn fill(&self) -> Vec<String> {
+        if self.pairs_within.is_empty() {
+            let slots: Vec<&[String]> = self.slots.iter().map(|name| words(name)).collect();
+            expand(&self.text, &slots)
+        } else {
+            let groups: Vec<&[String]> = self.pairs_within.iter().map(|name| words(name)).collect();
+            expand_pairs(&self.text, &groups)
+        }
     }
 }
 
 /// Every way of filling the slots `{0}`, `{1}`, ... of `template`, one vocabulary per slot.
-fn expand(template: &str, slots: &[&[&str]]) -> Vec<String> {
+fn expand(template: &str, slots: &[&[String]]) -> Vec<String> {
     let mut filled = vec![template.to_string()];
     for (index, words) in slots.iter().enumerate() {
         let marker = format!("{{{index}}}");
@@ -211,7 +258,7 @@ fn expand(template: &str, slots: &[&[&str]]) -> Vec<String> {
 
 /// `template` filled with every unordered pair of distinct words from each group (`{0}` the
 /// earlier word of the pair, `{1}` the later).
-fn expand_pairs(template: &str, groups: &[&[&str]]) -> Vec<String> {
+fn expand_pairs(template: &str, groups: &[&[String]]) -> Vec<String> {
     groups
         .iter()
         .flat_map(|group| {
@@ -223,605 +270,6 @@ fn expand_pairs(template: &str, groups: &[&[&str]]) -> Vec<String> {
         })
         .collect()
 }
-
-/// Animals, plural.
-const ANIMALS: &[&str] = &[
-    "elephants",
-    "penguins",
-    "owls",
-    "dolphins",
-    "giraffes",
-    "koalas",
-    "kangaroos",
-    "wolves",
-    "foxes",
-    "bees",
-    "ants",
-    "frogs",
-    "turtles",
-    "camels",
-    "polar bears",
-    "pandas",
-    "octopuses",
-    "squirrels",
-    "hedgehogs",
-    "parrots",
-    "sharks",
-    "zebras",
-    "beavers",
-    "bats",
-    "snails",
-    "flamingos",
-    "otters",
-    "crocodiles",
-    "butterflies",
-    "horses",
-];
-
-/// Animal behaviours, for "Why do ...?".
-const BEHAVIOURS: &[&str] = &[
-    "cats purr",
-    "dogs wag their tails",
-    "birds migrate",
-    "bears hibernate",
-    "zebras have stripes",
-    "cows chew all day",
-    "owls hunt at night",
-    "fish swim in schools",
-    "frogs croak",
-    "snakes shed their skin",
-    "bees make honey",
-    "geese fly in a V shape",
-    "chameleons change color",
-    "cats like boxes",
-    "dogs bark at strangers",
-    "giraffes have long necks",
-    "camels have humps",
-    "squirrels bury nuts",
-    "whales sing",
-    "ducks float",
-];
-
-/// Science and everyday terms, for "What is ...?" and "Explain ...".
-const TERMS: &[&str] = &[
-    "photosynthesis",
-    "gravity",
-    "electricity",
-    "magnetism",
-    "friction",
-    "a volcano",
-    "an earthquake",
-    "a glacier",
-    "DNA",
-    "a vaccine",
-    "an atom",
-    "a molecule",
-    "the immune system",
-    "an ecosystem",
-    "erosion",
-    "pollination",
-    "a fossil",
-    "a tsunami",
-    "democracy",
-    "inflation",
-    "a budget",
-    "an election",
-    "a desert",
-    "a coral reef",
-    "the heart",
-    "a muscle",
-    "a food chain",
-    "a habitat",
-    "recycling",
-    "compound interest",
-    "a battery",
-    "sound",
-    "an echo",
-    "a shadow",
-    "a seed",
-    "metamorphosis",
-    "a calendar",
-    "a map scale",
-    "a thermometer",
-    "a tide",
-];
-
-/// Devices and machines, for "How does ... work?".
-const DEVICES: &[&str] = &[
-    "a refrigerator",
-    "a bicycle",
-    "a compass",
-    "a microwave oven",
-    "a solar panel",
-    "an elevator",
-    "a camera",
-    "a light bulb",
-    "a telephone",
-    "a clock",
-    "a windmill",
-    "a parachute",
-    "a submarine",
-    "a vacuum cleaner",
-    "a washing machine",
-    "a calculator",
-    "a kite",
-    "a printer",
-    "a radio",
-    "a doorbell",
-    "a lock",
-    "a hot air balloon",
-    "a traffic light",
-    "a dishwasher",
-    "a toaster",
-    "an escalator",
-    "a zipper",
-    "a piano",
-    "a smoke alarm",
-    "a bar code scanner",
-];
-
-/// Professions, with their article.
-const PROFESSIONS: &[&str] = &[
-    "a baker",
-    "a nurse",
-    "a firefighter",
-    "a teacher",
-    "a farmer",
-    "a pilot",
-    "a librarian",
-    "a carpenter",
-    "a dentist",
-    "a veterinarian",
-    "an architect",
-    "an electrician",
-    "a plumber",
-    "a chef",
-    "a gardener",
-    "a journalist",
-    "a mail carrier",
-    "a park ranger",
-    "a scientist",
-    "a photographer",
-    "a translator",
-    "a tailor",
-    "a zookeeper",
-    "a bus driver",
-    "a pharmacist",
-    "a judge",
-    "a potter",
-    "a mechanic",
-    "a beekeeper",
-    "a museum guide",
-];
-
-/// Places, with their article.
-const PLACES: &[&str] = &[
-    "a desert",
-    "a rainforest",
-    "a coral reef",
-    "a busy harbor",
-    "a farm",
-    "a zoo",
-    "an art museum",
-    "a national park",
-    "a mountain village",
-    "a train station",
-    "a botanical garden",
-    "a science museum",
-    "an aquarium",
-    "a night market",
-    "a fishing town",
-    "a bamboo forest",
-    "a castle",
-    "a bakery",
-    "a library",
-    "an airport",
-    "a theme park",
-    "a cave",
-    "a wetland",
-    "a savanna",
-    "a city park",
-];
-
-/// Things whose importance can be asked about.
-const VALUES: &[&str] = &[
-    "sleep",
-    "recycling",
-    "honesty",
-    "teamwork",
-    "a balanced diet",
-    "reading",
-    "kindness",
-    "saving money",
-    "clean air",
-    "biodiversity",
-    "voting",
-    "patience",
-    "good posture",
-    "hand washing",
-    "sunscreen",
-    "breakfast",
-    "friendship",
-    "curiosity",
-    "a public library",
-    "drinking enough water",
-];
-
-/// Question prompts.
-fn question_prompts() -> Vec<String> {
-    [
-        expand("What is {0}?", &[TERMS]),
-        expand("How does {0} work?", &[DEVICES]),
-        expand("What do {0} eat?", &[ANIMALS]),
-        expand("Where do {0} live?", &[ANIMALS]),
-        expand("How long do {0} usually live?", &[ANIMALS]),
-        expand("What are some fun facts about {0}?", &[ANIMALS]),
-        expand("Why do {0}?", &[BEHAVIOURS]),
-        expand("What does {0} do?", &[PROFESSIONS]),
-        expand("How do you become {0}?", &[PROFESSIONS]),
-        expand("What tools does {0} use?", &[PROFESSIONS]),
-        expand("Why is {0} important?", &[VALUES]),
-        expand("What can you see in {0}?", &[PLACES]),
-    ]
-    .concat()
-}
-
-/// Small counts, as words.
-const COUNT_WORDS: &[&str] = &["two", "three", "four", "five"];
-
-/// Everyday activities, for "Give ... tips for ...".
-const ACTIVITIES: &[&str] = &[
-    "saving money",
-    "sleeping better",
-    "cooking rice",
-    "keeping a plant alive",
-    "learning to swim",
-    "packing for a trip",
-    "writing a clear email",
-    "making new friends",
-    "keeping a tidy room",
-    "taking better photos",
-    "speaking in public",
-    "learning to draw",
-    "starting a vegetable garden",
-    "reducing food waste",
-    "caring for a puppy",
-    "planning a birthday party",
-    "riding a bike safely",
-    "managing a small budget",
-    "reading more books",
-    "waking up early",
-    "painting a room",
-    "making a good first impression",
-    "staying safe online",
-    "traveling on a budget",
-    "baking bread",
-    "camping in the woods",
-    "keeping a phone battery healthy",
-    "running a yard sale",
-    "writing a birthday card",
-    "moving to a new city",
-];
-
-/// Things to list, plural.
-const LIST_SUBJECTS: &[&str] = &[
-    "kinds of trees",
-    "musical instruments",
-    "board games for families",
-    "healthy snacks",
-    "fruits that grow on trees",
-    "animals that live in the ocean",
-    "things to pack for a picnic",
-    "ways to reuse a glass jar",
-    "hobbies you can do at home",
-    "common kitchen tools",
-    "sports played with a ball",
-    "birds that cannot fly",
-    "uses for a paper clip",
-    "reasons to read books",
-    "games to play on a rainy day",
-    "vegetables that grow underground",
-    "inventions that changed the world",
-    "desserts from around the world",
-    "things made of wood",
-    "insects that help gardens",
-    "ways to say thank you",
-    "simple science experiments for kids",
-    "things you can recycle",
-    "winter sports",
-    "breakfast ideas",
-    "easy houseplants",
-    "famous painters",
-    "kinds of bread",
-    "farm animals",
-    "things to do at the beach",
-];
-
-/// Inventions and institutions with a history to summarize.
-const INVENTIONS: &[&str] = &[
-    "the printing press",
-    "the telephone",
-    "the bicycle",
-    "the light bulb",
-    "the airplane",
-    "the internet",
-    "the camera",
-    "the radio",
-    "paper money",
-    "the steam engine",
-    "the compass",
-    "chess",
-    "the Olympic Games",
-    "the postal service",
-    "the piano",
-    "the microscope",
-    "the television",
-    "the automobile",
-    "the railway",
-    "public libraries",
-];
-
-/// Everyday how-to tasks.
-const HOW_TO_TASKS: &[&str] = &[
-    "plant a tree",
-    "make a paper airplane",
-    "brew a cup of tea",
-    "tie a shoelace",
-    "fold a shirt",
-    "set up a tent",
-    "wash a car",
-    "make a sandwich",
-    "build a birdhouse",
-    "fix a flat bike tire",
-    "make pancakes",
-    "clean a window",
-    "wrap a present",
-    "start a compost pile",
-    "sew on a button",
-    "make a fruit salad",
-    "draw a simple cat",
-    "play tic-tac-toe",
-    "make lemonade",
-    "care for a houseplant",
-    "write a thank-you note",
-    "pack a suitcase",
-    "set a dinner table",
-    "make a smoothie",
-];
-
-/// Groups of comparable things: every pair within a group is compared.
-const COMPARABLE_GROUPS: &[&[&str]] = &[
-    &["tea", "coffee", "milk", "orange juice"],
-    &["cats", "dogs", "rabbits", "hamsters", "parrots"],
-    &["trains", "buses", "bicycles", "cars", "boats"],
-    &["soccer", "basketball", "tennis", "baseball", "volleyball"],
-    &["apples", "oranges", "bananas", "grapes", "mangoes"],
-];
-
-/// Instruction prompts.
-fn instruction_prompts() -> Vec<String> {
-    [
-        expand("Give {0} tips for {1}.", &[COUNT_WORDS, ACTIVITIES]),
-        expand("List {0} {1}.", &[COUNT_WORDS, LIST_SUBJECTS]),
-        expand("Explain {0} in simple words.", &[TERMS]),
-        expand("Explain {0} to a ten-year-old.", &[TERMS]),
-        expand("Summarize the history of {0}.", &[INVENTIONS]),
-        expand("Describe a typical day for {0}.", &[PROFESSIONS]),
-        expand("Describe how to {0}.", &[HOW_TO_TASKS]),
-        expand_pairs("Compare {0} and {1} in a few sentences.", COMPARABLE_GROUPS),
-    ]
-    .concat()
-}
-
-/// Adjectives for story characters (consonant-initial, after "a").
-const CHARACTER_TRAITS: &[&str] = &["brave", "curious", "lonely", "clever", "shy", "grumpy"];
-
-/// Story characters.
-const CHARACTERS: &[&str] = &[
-    "fox", "robot", "dragon", "knight", "mouse", "owl", "pirate", "wizard", "turtle", "princess",
-    "bear", "rabbit",
-];
-
-/// Story settings, with their article.
-const SETTINGS: &[&str] = &[
-    "a snowy forest",
-    "a busy city",
-    "an old castle",
-    "a small village",
-    "a desert oasis",
-    "an underwater kingdom",
-    "a space station",
-    "a magical library",
-];
-
-/// What a bedtime-story character does.
-const STORY_GOALS: &[&str] = &[
-    "learns to share",
-    "finds a lost treasure",
-    "makes an unlikely friend",
-    "is afraid of the dark",
-    "wants to fly",
-    "plants a magic seed",
-    "goes on a long journey",
-    "solves a mystery",
-];
-
-/// Moods of a poem.
-const POEM_MOODS: &[&str] = &["happy", "funny", "gentle", "short"];
-
-/// What a poem is about.
-const POEM_SUBJECTS: &[&str] = &[
-    "the ocean",
-    "a rainy day",
-    "a city at night",
-    "a friendly cat",
-    "the first snow",
-    "a summer picnic",
-    "a garden in spring",
-    "a long train ride",
-    "a quiet library",
-    "a cup of hot cocoa",
-    "a busy kitchen",
-    "an old oak tree",
-    "a lost balloon",
-    "a mountain river",
-    "a new pair of shoes",
-    "a sleepy puppy",
-    "a windy beach",
-    "a candle in the dark",
-    "a morning market",
-    "a paper boat",
-];
-
-/// Story and poem prompts.
-fn story_prompts() -> Vec<String> {
-    [
-        expand(
-            "Write a short story about a {0} {1} in {2}.",
-            &[CHARACTER_TRAITS, CHARACTERS, SETTINGS],
-        ),
-        expand(
-            "Tell a bedtime story about a little {0} who {1}.",
-            &[CHARACTERS, STORY_GOALS],
-        ),
-        expand("Write a {0} poem about {1}.", &[POEM_MOODS, POEM_SUBJECTS]),
-    ]
-    .concat()
-}
-
-/// Programming languages.
-const LANGUAGES: &[&str] = &[
-    "Python",
-    "Rust",
-    "JavaScript",
-    "C",
-    "Go",
-    "Java",
-    "TypeScript",
-    "Ruby",
-];
-
-/// What a function should do, for "Write a ... function that ...".
-const CODE_TASKS: &[&str] = &[
-    "reverses a string",
-    "checks whether a number is prime",
-    "counts the vowels in a string",
-    "returns the largest number in a list",
-    "checks whether a word is a palindrome",
-    "computes the factorial of a number",
-    "removes duplicates from a list",
-    "converts Celsius to Fahrenheit",
-    "sums the digits of a number",
-    "finds the average of a list of numbers",
-    "counts the words in a sentence",
-    "capitalizes the first letter of each word",
-    "checks whether a year is a leap year",
-    "merges two sorted lists",
-    "returns the second smallest number in a list",
-    "converts a number to binary",
-    "checks whether two words are anagrams",
-    "finds the greatest common divisor of two numbers",
-    "sorts a list of names alphabetically",
-    "counts how often each letter appears in a string",
-    "returns the even numbers from a list",
-    "swaps two variables",
-    "rounds a number to two decimal places",
-    "checks whether a string contains only digits",
-    "finds the longest word in a sentence",
-    "computes the area of a circle",
-    "prints a multiplication table",
-    "flattens a nested list",
-    "reverses the order of words in a sentence",
-    "checks whether a list is sorted",
-];
-
-/// Small programming chores, for "How do you ... in ...?".
-const CODE_CHORES: &[&str] = &[
-    "read a file line by line",
-    "sort a list of numbers",
-    "convert a string to an integer",
-    "loop over a list",
-    "write a comment",
-    "define a constant",
-    "join two strings",
-    "split a string by spaces",
-    "get the length of an array",
-    "check if a list is empty",
-    "print to the console",
-    "handle an error",
-    "write an if statement",
-    "get the current date",
-    "generate a random number",
-    "write a while loop",
-    "create an empty list",
-    "compare two strings",
-    "find the maximum of two numbers",
-    "define a function with default arguments",
-];
-
-/// Programming concepts to explain with an example.
-const PROGRAMMING_CONCEPTS: &[&str] = &[
-    "recursion",
-    "a for loop",
-    "a while loop",
-    "a variable",
-    "a function",
-    "a class",
-    "an array",
-    "a linked list",
-    "a stack",
-    "a queue",
-    "error handling",
-    "string formatting",
-    "a boolean",
-    "binary search",
-    "a unit test",
-];
-
-/// Code prompts.
-fn code_prompts() -> Vec<String> {
-    [
-        expand("Write a {0} function that {1}.", &[LANGUAGES, CODE_TASKS]),
-        expand("How do you {0} in {1}?", &[CODE_CHORES, LANGUAGES]),
-        expand(
-            "Explain {0} with a short {1} example.",
-            &[PROGRAMMING_CONCEPTS, LANGUAGES],
-        ),
-        expand_pairs("Compare {0} and {1} for a small project.", &[LANGUAGES]),
-    ]
-    .concat()
-}
-
-/// Names for word problems.
-const NAMES: &[&str] = &[
-    "Tom", "Mia", "Sam", "Lena", "Omar", "Priya", "Jack", "Yuki", "Carlos", "Nora",
-];
-
-/// Things a shop sells, plural.
-const SHOP_ITEMS: &[&str] = &[
-    "pens",
-    "apples",
-    "notebooks",
-    "candles",
-    "oranges",
-    "stickers",
-    "cupcakes",
-    "pencils",
-    "toy cars",
-    "postcards",
-];
-
-/// Things people have and share, plural.
-const COUNTABLES: &[&str] = &[
-    "marbles",
-    "cookies",
-    "stamps",
-    "seashells",
-    "crayons",
-    "cards",
-    "balloons",
-    "books",
-];
 
 /// One math template: draws its numbers (and words) from the rng.
 type MathTemplate = fn(&mut ChaCha8Rng) -> String;
@@ -865,9 +313,10 @@ fn distinct_draws(template: MathTemplate, rng: &mut ChaCha8Rng) -> Vec<String> {
     draws
 }
 
-/// A uniformly chosen word of `words`.
-fn pick<'a>(rng: &mut ChaCha8Rng, words: &[&'a str]) -> &'a str {
-    words[rng.random_range(0..words.len())]
+/// A uniformly chosen word of the vocabulary `name`.
+fn pick(rng: &mut ChaCha8Rng, name: &str) -> &'static str {
+    let words = words(name);
+    &words[rng.random_range(0..words.len())]
 }
 
 /// "What is 37 plus 58?"
@@ -898,14 +347,14 @@ fn division(rng: &mut ChaCha8Rng) -> String {
 
 /// "A shop sells pens for 3 dollars each. How much do 7 pens cost?"
 fn shop_total(rng: &mut ChaCha8Rng) -> String {
-    let item = pick(rng, SHOP_ITEMS);
+    let item = pick(rng, "shop_items");
     let (price, quantity) = (rng.random_range(2..=9), rng.random_range(2..=12));
     format!("A shop sells {item} for {price} dollars each. How much do {quantity} {item} cost?")
 }
 
 /// "Mia shares 24 cookies equally among 4 friends. How many cookies does each friend get?"
 fn equal_shares(rng: &mut ChaCha8Rng) -> String {
-    let (name, things) = (pick(rng, NAMES), pick(rng, COUNTABLES));
+    let (name, things) = (pick(rng, "names"), pick(rng, "countables"));
     let friends = rng.random_range(2..=8);
     let total = friends * rng.random_range(2..=9);
     format!(
@@ -916,7 +365,7 @@ fn equal_shares(rng: &mut ChaCha8Rng) -> String {
 
 /// "Tom has 45 marbles and gives away 18. How many marbles are left?"
 fn gives_away(rng: &mut ChaCha8Rng) -> String {
-    let (name, things) = (pick(rng, NAMES), pick(rng, COUNTABLES));
+    let (name, things) = (pick(rng, "names"), pick(rng, "countables"));
     let have = rng.random_range(20..=90);
     let give = rng.random_range(5..have);
     format!("{name} has {have} {things} and gives away {give}. How many {things} are left?")
@@ -930,10 +379,7 @@ fn travel_distance(rng: &mut ChaCha8Rng) -> String {
 
 /// "What is 25 percent of 80?"
 fn percentage(rng: &mut ChaCha8Rng) -> String {
-    let percent = pick(
-        rng,
-        &["5", "10", "15", "20", "25", "30", "40", "50", "60", "75"],
-    );
+    let percent = pick(rng, "percentages");
     let whole = 20 * rng.random_range(1..=20);
     format!("What is {percent} percent of {whole}?")
 }
@@ -955,6 +401,29 @@ mod tests {
 
     fn texts(prompts: &[TrainingPrompt]) -> Vec<&str> {
         prompts.iter().map(|p| p.text.as_str()).collect()
+    }
+
+    #[test]
+    fn the_data_file_parses_and_names_only_known_vocabularies() {
+        let data = data();
+        let templates = &data.templates;
+        for template in [
+            &templates.question,
+            &templates.instruction,
+            &templates.story,
+            &templates.code,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            for name in template.slots.iter().chain(&template.pairs_within) {
+                assert!(data.words.contains_key(name), "{name} in {}", template.text);
+            }
+            assert!(!template.fill().is_empty(), "{}", template.text);
+        }
+        for name in ["names", "shop_items", "countables", "percentages"] {
+            assert!(!words(name).is_empty(), "{name}");
+        }
     }
 
     #[test]
