@@ -125,7 +125,10 @@ pub enum DeviceError {
     #[error("--device {0}: no NVIDIA GPU found on this machine; use --device cpu")]
     NoGpu(Device),
     /// A GPU index beyond the machine's GPUs.
-    #[error("--device {device}: this machine has {count} GPU(s), cuda:0 to cuda:{last}", last = count - 1)]
+    #[error(
+        "--device {device}: this machine has {count} GPU(s), cuda:0 to cuda:{last}",
+        last = count - 1
+    )]
     NoSuchGpu {
         /// The device asked for.
         device: Device,

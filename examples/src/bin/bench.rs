@@ -174,8 +174,8 @@ fn time_decode(llm: &mut Llm, args: &Args, batch: usize, run: u64) -> Result<f64
 fn print_table(args: &Args, device: DeviceChoice, figures: &[Figure]) {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!(
-        "aquila engine on {device} ({threads} CPU threads); prefill of {} tokens, decode of {} tokens \
-         after {}-token prompts; best of {} runs",
+        "aquila engine on {device} ({threads} CPU threads); prefill of {} tokens, decode of {} \
+         tokens after {}-token prompts; best of {} runs",
         args.prefill_tokens, args.decode_tokens, args.decode_prompt_tokens, args.repeats
     );
     println!(

@@ -1,5 +1,6 @@
-//! Speculative decoding at temperature 0 (on the CPU unless `--device` says otherwise): baseline tokens/s, then n-gram, EAGLE-1 and
-//! (with a shipped or given head) EAGLE-3 drafting (tokens/s, mean acceptance length, speedup),
+//! Speculative decoding at temperature 0 (on the CPU unless `--device` says otherwise):
+//! baseline tokens/s, then n-gram, EAGLE-1 and (with a shipped or given head) EAGLE-3 drafting
+//! (tokens/s, mean acceptance length, speedup),
 //! and the cost of one verification step of k + 1 rows relative to a one-row decode step, which
 //! decides whether speculation can pay here.
 //!

@@ -1,10 +1,11 @@
 //! Rotary position embedding in the Hugging Face "rotate half" layout: pair `i` of a head is
 //! made of elements `i` and `i + head_dim / 2`.
 //!
-//! On the CPU backend in `f32` the rotation runs in place ([`crate::kernels::rope`], through
-//! [`KernelBackend::rope`]). Elsewhere it is computed as `x * cos + rotate_half(x) * sin` with `rotate_half(x) = x R` for a fixed
-//! signed permutation matrix `R` (exact: one non-zero per column), and `cos`/`sin` laid out at
-//! the full `[rows, heads, head_dim]` shape, so every step is a contiguous tensor operation.
+//! The rotation goes through [`KernelBackend::rope`]: on the CPU backend in `f32` it runs in
+//! place ([`crate::kernels::rope`]). Elsewhere it is computed as
+//! `x * cos + rotate_half(x) * sin` with `rotate_half(x) = x R` for a fixed signed permutation
+//! matrix `R` (exact: one non-zero per column), and `cos`/`sin` laid out at the full
+//! `[rows, heads, head_dim]` shape, so every step is a contiguous tensor operation.
 
 use crate::backend::KernelBackend;
 use crate::config::RopeConfig;
