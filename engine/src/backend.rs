@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use aquila_metrics::Recorder;
+use aquila_model_loader::backend::{GenericCpu, KernelBackend};
 use aquila_model_loader::tokenizer::Tokenizer;
-use burn::tensor::backend::Backend;
 
 use crate::config::{Device, EngineConfig};
 use crate::engine::{Engine, PreparedRequest};
@@ -31,6 +31,11 @@ pub(crate) fn build_engine(
                 custom_proposer,
             )?))
         }
+        Device::CpuGeneric => Ok(Box::new(Engine::<GenericCpu>::new(
+            config,
+            &Default::default(),
+            custom_proposer,
+        )?)),
         Device::Cuda(index) => build_cuda_engine(config, index, custom_proposer),
     }
 }
@@ -68,7 +73,7 @@ fn build_cuda_engine(
     })
 }
 
-impl<B: Backend> EngineCore for Engine<B> {
+impl<B: KernelBackend> EngineCore for Engine<B> {
     fn prepare(
         &self,
         prompt: Prompt,

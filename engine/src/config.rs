@@ -11,17 +11,29 @@ use crate::error::EngineError;
 /// The device the engine runs the model on.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Device {
-    /// The CPU, through burn's `Flex` backend (f32 only).
+    /// The CPU, through burn's `Flex` backend with Aquila's CPU kernels (f32 only).
     #[default]
     Cpu,
+    /// The CPU through burn's generic operations only, without Aquila's kernels
+    /// (`aquila_model_loader::backend::GenericCpu`, f32 only): the code path CUDA runs,
+    /// for checking it on a machine without a GPU. Slower than [`Device::Cpu`].
+    CpuGeneric,
     /// An NVIDIA GPU by index, through burn's CUDA backend (needs the crate's `cuda` feature).
     Cuda(usize),
+}
+
+impl Device {
+    /// Whether the device is the CPU (with or without Aquila's kernels).
+    pub fn is_cpu(self) -> bool {
+        matches!(self, Device::Cpu | Device::CpuGeneric)
+    }
 }
 
 impl fmt::Display for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Device::Cpu => write!(f, "cpu"),
+            Device::CpuGeneric => write!(f, "cpu-generic"),
             Device::Cuda(index) => write!(f, "cuda:{index}"),
         }
     }
@@ -297,7 +309,7 @@ impl EngineConfig {
             }
             _ => {}
         }
-        if self.device == Device::Cpu && self.dtype != DType::F32 {
+        if self.device.is_cpu() && self.dtype != DType::F32 {
             return Err(config_error(
                 "dtype",
                 format!("the CPU backend runs in f32 only, got {}", self.dtype),

@@ -9,10 +9,12 @@ use aquila_metrics::{
     EventSink, IterationStats, KvCacheUsage, Recorder, RecorderConfig, SchedulerStats,
     SpecDecodeEvent,
 };
+use aquila_model_loader::backend::KernelBackend;
 use aquila_model_loader::model::{FeatureTap, LlamaModel};
 use aquila_model_loader::tokenizer::Tokenizer;
 use aquila_spec_decode::proposer::ProposeRequest;
 use aquila_spec_decode::rejection::DraftProbs;
+use burn::module::Module;
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
@@ -60,7 +62,7 @@ pub(crate) struct Engine<B: Backend> {
     next_request_id: RequestId,
 }
 
-impl<B: Backend> Engine<B> {
+impl<B: KernelBackend> Engine<B> {
     /// Loads the model and tokenizer of `config.model` onto `device` and sets up scheduling,
     /// speculative decoding (`custom_proposer`, else `config.speculative`) and metrics.
     /// `config` must be validated.
@@ -69,11 +71,14 @@ impl<B: Backend> Engine<B> {
         device: &B::Device,
         custom_proposer: Option<FeaturelessProposer>,
     ) -> Result<Self, EngineError> {
-        let model =
-            LlamaModel::<B>::load(&config.model, device).map_err(|source| EngineError::Load {
+        // Inference: parameters without gradients, so that an autodiff backend (the generic
+        // CPU path) records no graph.
+        let model = LlamaModel::<B>::load(&config.model, device)
+            .map_err(|source| EngineError::Load {
                 dir: config.model.clone(),
                 source: Box::new(source),
-            })?;
+            })?
+            .no_grad();
         let tokenizer =
             Tokenizer::from_dir(&config.model).map_err(|source| EngineError::Tokenizer {
                 dir: config.model.clone(),

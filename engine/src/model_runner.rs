@@ -1,5 +1,6 @@
 //! Runs the target model on one step's scheduled work and hands back each request's logits rows.
 
+use aquila_model_loader::backend::KernelBackend;
 use aquila_model_loader::model::{FeatureTap, ForwardBatch, KvCache, LlamaModel, SequenceInput};
 use burn::tensor::backend::Backend;
 
@@ -50,7 +51,7 @@ pub(crate) struct ModelRunner<B: Backend> {
     vocab_size: usize,
 }
 
-impl<B: Backend> ModelRunner<B> {
+impl<B: KernelBackend> ModelRunner<B> {
     /// A runner for `model` with `num_slots` KV cache slots.
     pub fn new(model: LlamaModel<B>, num_slots: usize) -> Self {
         let kv_cache = model.new_kv_cache(num_slots);

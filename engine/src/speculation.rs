@@ -4,6 +4,7 @@
 
 use std::collections::HashSet;
 
+use aquila_model_loader::backend::KernelBackend;
 use aquila_model_loader::model::{FeatureTap, LlamaModel};
 use aquila_spec_decode::eagle::EagleHead;
 use aquila_spec_decode::ngram::{NgramConfig, NgramProposer};
@@ -26,7 +27,7 @@ pub type FeaturelessProposer = Box<dyn Proposer<()> + Send>;
 /// Lets a featureless proposer serve an engine whose forwards produce burn feature tensors.
 struct Featureless(FeaturelessProposer);
 
-impl<B: Backend> Proposer<Tensor<B, 2>> for Featureless {
+impl<B: KernelBackend> Proposer<Tensor<B, 2>> for Featureless {
     fn num_speculative_tokens(&self) -> usize {
         self.0.num_speculative_tokens()
     }
@@ -60,7 +61,7 @@ pub(crate) struct Drafter<B: Backend> {
     disabled: HashSet<RequestId>,
 }
 
-impl<B: Backend> Drafter<B> {
+impl<B: KernelBackend> Drafter<B> {
     /// Builds the drafter `config` describes for `target` on `device`, with draft state for
     /// `max_num_seqs` concurrent requests.
     pub fn from_config(
@@ -93,7 +94,8 @@ impl<B: Backend> Drafter<B> {
                     reason,
                 };
                 let head = EagleHead::<B>::load(dir, target.config(), device)
-                    .map_err(|e| draft_error(e.to_string()))?;
+                    .map_err(|e| draft_error(e.to_string()))?
+                    .no_grad();
                 let head_method = match head {
                     EagleHead::Eagle1(_) => SpeculativeMethod::Eagle,
                     EagleHead::Eagle3(_) => SpeculativeMethod::Eagle3,

@@ -1,11 +1,13 @@
 //! # aquila-examples
 //!
-//! Runnable programs that show Aquila end to end (`eagle`, `generate`, `import-model`, `bench`),
-//! and the small pieces they share: reading prompt files, the built-in prompt set, locating the
+//! Runnable programs that show Aquila end to end (`eagle`, `generate`, `import-model`, `bench`,
+//! `bench-spec`, `train-eagle`, `gpu-check`), and the small pieces they share: `--device` and
+//! `--dtype` ([`device`]), reading prompt files, the built-in prompt set, locating the
 //! workspace's model directory, and the speculative-decoding report computed from a metrics
 //! snapshot.
 #![warn(missing_docs)]
 
+pub mod device;
 pub mod distill;
 pub mod heads;
 pub mod paths;

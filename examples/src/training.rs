@@ -10,10 +10,9 @@ use aquila_model_loader::model::FeatureTap;
 use aquila_model_loader::model::LlamaModel;
 use aquila_spec_decode::eagle::{write_head_dir, DraftVocabMap, Eagle1Head, Eagle3Head};
 use aquila_spec_decode::train::{
-    train, DistillData, EvalPoint, SequenceRef, TrainConfig, TrainError, TrainHistory,
-    TrainObserver, TrainPoint,
+    train, DistillData, EvalPoint, SequenceRef, TrainBackend, TrainConfig, TrainError,
+    TrainHistory, TrainObserver, TrainPoint,
 };
-use burn::tensor::backend::AutodiffBackend;
 use clap::ValueEnum;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
@@ -62,7 +61,7 @@ impl HeadMethod {
 
 /// A head being trained (or trained), of either method.
 #[derive(Debug)]
-pub enum DraftHead<B: AutodiffBackend> {
+pub enum DraftHead<B: TrainBackend> {
     /// An EAGLE-1 head.
     Eagle1(Box<Eagle1Head<B>>),
     /// An EAGLE-3 head.
@@ -72,7 +71,7 @@ pub enum DraftHead<B: AutodiffBackend> {
 /// A randomly initialized head of `method` for `target_model`: one decoder layer shaped like
 /// the target's; for EAGLE-3 a draft vocabulary of the `draft_vocab` tokens the target emits
 /// most often in `train_set` (sorted by id).
-pub fn build_head<B: AutodiffBackend>(
+pub fn build_head<B: TrainBackend>(
     method: HeadMethod,
     target_model: &LlamaModel<B>,
     data: &DistillData,
@@ -123,7 +122,7 @@ fn most_frequent(counts: &[u64], count: usize) -> Vec<u32> {
     ids
 }
 
-impl<B: AutodiffBackend> DraftHead<B> {
+impl<B: TrainBackend> DraftHead<B> {
     /// Trains the head (see [`aquila_spec_decode::train::train`]).
     pub fn train(
         self,

@@ -3,8 +3,10 @@
 //! Loads Llama-family models for Aquila: Hugging Face `config.json`, safetensors checkpoints
 //! (single file or sharded), `tokenizer.json` with chat templates, GGUF import, and the Llama
 //! model itself as burn modules with a KV cache and feature taps for EAGLE drafters, plus CPU
-//! f32 kernels on plain slices for the forward pass ([`kernels`]).
+//! f32 kernels on plain slices for the forward pass ([`kernels`]), which the model reaches
+//! through the backend extension [`backend::KernelBackend`].
 
+pub mod backend;
 pub mod checkpoint;
 pub mod config;
 pub mod error;

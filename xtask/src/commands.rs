@@ -4,11 +4,11 @@ use crate::cargo::{cargo, run_example, workspace_root, Profile};
 use anyhow::{bail, Result};
 
 /// Directory of the default target model, relative to the workspace root.
-const DEFAULT_MODEL_DIR: &str = "models/smollm2-135m-instruct";
+pub const DEFAULT_MODEL_DIR: &str = "models/smollm2-135m-instruct";
 
 /// Imports the default model unless it is already there (the importer is idempotent too, but
 /// skipping it here saves building and starting it).
-fn ensure_default_model() -> Result<()> {
+pub fn ensure_default_model() -> Result<()> {
     let marker = workspace_root().join(DEFAULT_MODEL_DIR).join("config.json");
     if marker.exists() {
         return Ok(());

@@ -5,6 +5,7 @@
 
 mod cargo;
 mod commands;
+mod gpu_check;
 
 use clap::{Parser, Subcommand};
 
@@ -54,6 +55,13 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Build the CUDA binaries and pack a bundle that checks the CUDA path on a GPU machine
+    /// without a Rust toolchain (`target/gpu-check-bundle/run.sh`), then run it.
+    GpuCheck {
+        /// Build and pack only, and print the bundle's size.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Train an EAGLE head for the default target by self-distillation (see
     /// `cargo xtask train-eagle -- --help`).
     TrainEagle {
@@ -72,5 +80,6 @@ fn main() -> anyhow::Result<()> {
         Command::Generate { args } => commands::generate(&args),
         Command::Bench { which, args } => commands::bench(&which, &args),
         Command::TrainEagle { args } => commands::train_eagle(&args),
+        Command::GpuCheck { dry_run } => gpu_check::gpu_check(dry_run),
     }
 }

@@ -12,6 +12,7 @@ mod requests;
 mod sampling;
 mod spec_batch_limit;
 mod spec_config;
+mod spec_generic_path;
 mod spec_lossless;
 mod spec_replay;
 mod spec_smollm2;

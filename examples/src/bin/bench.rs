@@ -1,5 +1,5 @@
-//! Engine throughput on the CPU: prefill tokens/s and decode tokens/s at batch 1 and batch 8,
-//! next to llama.cpp's f32 figures for the same model on 2 threads.
+//! Engine throughput: prefill tokens/s and decode tokens/s at batch 1 and batch 8, next to
+//! llama.cpp's f32 CPU figures for the same model on 2 threads (`--device` picks the device).
 //!
 //! ```text
 //! cargo run --release -p aquila-examples --bin bench -- --model models/smollm2-135m-instruct
@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use aquila_engine::{EngineConfig, Llm, Prompt, SamplingParams};
+use aquila_examples::device::{DeviceArgs, DeviceChoice};
 use aquila_examples::paths::default_model_dir;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -26,6 +27,8 @@ struct Args {
     /// Model directory; defaults to the workspace's SmolLM2 import.
     #[arg(long)]
     model: Option<PathBuf>,
+    #[command(flatten)]
+    device: DeviceArgs,
     /// Prompt tokens of the prefill measurement.
     #[arg(long, default_value_t = 512)]
     prefill_tokens: usize,
@@ -52,8 +55,10 @@ fn main() -> Result<()> {
     if args.prefill_tokens == 0 || args.decode_tokens < 2 || args.repeats == 0 {
         bail!("--prefill-tokens and --repeats must be positive and --decode-tokens at least 2");
     }
+    let device = args.device.resolve()?;
     let model = args.model.clone().unwrap_or_else(default_model_dir);
     let mut config = EngineConfig::new(&model);
+    device.apply(&mut config);
     config.max_num_seqs = 8;
     config.max_num_batched_tokens = args.prefill_tokens.max(8 * args.decode_prompt_tokens);
     let mut llm =
@@ -103,7 +108,7 @@ fn main() -> Result<()> {
             reference: LLAMA_CPP_DECODE_TOKENS_PER_S,
         },
     ];
-    print_table(&args, &figures);
+    print_table(&args, device, &figures);
     Ok(())
 }
 
@@ -166,11 +171,11 @@ fn time_decode(llm: &mut Llm, args: &Args, batch: usize, run: u64) -> Result<f64
     Ok(tokens as f64 / start.elapsed().as_secs_f64())
 }
 
-fn print_table(args: &Args, figures: &[Figure]) {
+fn print_table(args: &Args, device: DeviceChoice, figures: &[Figure]) {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!(
-        "aquila engine, CPU f32 ({threads} threads); prefill of {} tokens, decode of {} tokens \
-         after {}-token prompts; best of {} runs",
+        "aquila engine on {device} ({threads} CPU threads); prefill of {} tokens, decode of {} \
+         tokens after {}-token prompts; best of {} runs",
         args.prefill_tokens, args.decode_tokens, args.decode_prompt_tokens, args.repeats
     );
     println!(

@@ -1,5 +1,6 @@
-//! Speculative decoding on the CPU at temperature 0: baseline tokens/s, then n-gram, EAGLE-1 and
-//! (with a shipped or given head) EAGLE-3 drafting (tokens/s, mean acceptance length, speedup),
+//! Speculative decoding at temperature 0 (on the CPU unless `--device` says otherwise):
+//! baseline tokens/s, then n-gram, EAGLE-1 and (with a shipped or given head) EAGLE-3 drafting
+//! (tokens/s, mean acceptance length, speedup),
 //! and the cost of one verification step of k + 1 rows relative to a one-row decode step, which
 //! decides whether speculation can pay here.
 //!
@@ -12,12 +13,14 @@ use anyhow::{bail, Context, Result};
 use aquila_engine::{
     EngineConfig, Llm, Prompt, SamplingParams, SpeculativeConfig, SpeculativeMethod,
 };
+use aquila_examples::device::{BackendTask, DeviceArgs, DeviceChoice};
 use aquila_examples::heads;
 use aquila_examples::paths::default_model_dir;
 use aquila_examples::prompts::builtin_chat_prompts;
 use aquila_examples::report::SpecDecodeReport;
+use aquila_model_loader::backend::KernelBackend;
 use aquila_model_loader::model::{FeatureTap, ForwardBatch, LlamaModel, SequenceInput};
-use burn::backend::Flex;
+use burn::module::Module;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
@@ -30,6 +33,8 @@ struct Args {
     /// Target model directory; defaults to the workspace's SmolLM2 import.
     #[arg(long)]
     model: Option<PathBuf>,
+    #[command(flatten)]
+    device: DeviceArgs,
     /// EAGLE-1 head; defaults to the shipped head, else an untrained one.
     #[arg(long)]
     draft: Option<PathBuf>,
@@ -69,6 +74,7 @@ fn main() -> Result<()> {
     if args.k == 0 || args.num_prompts == 0 || args.max_tokens == 0 || args.repeats == 0 {
         bail!("--k, --num-prompts, --max-tokens and --repeats must be positive");
     }
+    let device = args.device.resolve()?;
     let model = args.model.clone().unwrap_or_else(default_model_dir);
     let draft = match &args.draft {
         Some(dir) => dir.clone(),
@@ -87,7 +93,10 @@ fn main() -> Result<()> {
         .or_else(|| Some(heads::shipped_eagle3_head_dir()))
         .filter(|dir| dir.join("config.json").exists());
 
-    let (one_row, k_rows) = verification_cost(&model, &args)?;
+    let (one_row, k_rows) = device.run(VerificationCost {
+        model_dir: &model,
+        args: &args,
+    })??;
     let mut configs: Vec<(String, Option<SpeculativeConfig>)> = vec![
         ("baseline".to_string(), None),
         (
@@ -119,13 +128,13 @@ fn main() -> Result<()> {
     let mut rows = Vec::new();
     for (name, speculative) in configs {
         progress.set_message(name.clone());
-        rows.push(run_config(&model, name, speculative, &args)?);
+        rows.push(run_config(&model, device, name, speculative, &args)?);
         progress.inc(1);
     }
     progress.finish_and_clear();
 
     println!(
-        "SmolLM2 on the CPU (f32), temperature 0, {} prompts x {} tokens; EAGLE-1 draft: {}",
+        "SmolLM2 on {device}, temperature 0, {} prompts x {} tokens; EAGLE-1 draft: {}",
         args.num_prompts,
         args.max_tokens,
         draft.display()
@@ -172,11 +181,13 @@ fn ms(duration: Duration) -> f64 {
 /// Generates the prompts once to warm up, then once timed.
 fn run_config(
     model: &Path,
+    device: DeviceChoice,
     name: String,
     speculative: Option<SpeculativeConfig>,
     args: &Args,
 ) -> Result<Row> {
     let mut config = EngineConfig::new(model);
+    device.apply(&mut config);
     config.speculative = speculative;
     if let Some(max_num_seqs) = args.max_num_seqs {
         config.max_num_seqs = max_num_seqs;
@@ -198,34 +209,43 @@ fn run_config(
 }
 
 /// Median time of a forward of 1 row and of k + 1 rows over a cached context.
-fn verification_cost(model_dir: &Path, args: &Args) -> Result<(Duration, Duration)> {
-    let device = Default::default();
-    let model = LlamaModel::<Flex>::load(model_dir, &device)?;
-    let vocab = model.config().vocab_size as u32;
-    let context: Vec<u32> = (0..args.context as u32)
-        .map(|i| (i * 7919) % vocab)
-        .collect();
-    let mut cache = model.new_kv_cache(1);
-    let prefill = ForwardBatch::new(vec![SequenceInput::new(0, context, 0)]);
-    model.forward(&prefill, &mut cache, &FeatureTap::None)?;
-    let mut time_rows = |rows: usize| -> Result<Duration> {
-        let tokens: Vec<u32> = (0..rows as u32).map(|i| (i * 31 + 5) % vocab).collect();
-        let batch = ForwardBatch::new(vec![
-            SequenceInput::new(0, tokens, args.context).with_all_logits()
-        ]);
-        let mut times = Vec::with_capacity(args.repeats + 1);
-        for _ in 0..=args.repeats {
-            let start = Instant::now();
-            let out = model.forward(&batch, &mut cache, &FeatureTap::None)?;
-            let _ = out.logits.into_data();
-            times.push(start.elapsed());
-            cache.truncate(0, args.context);
-        }
-        times.remove(0);
-        times.sort();
-        Ok(times[times.len() / 2])
-    };
-    let one = time_rows(1)?;
-    let many = time_rows(args.k + 1)?;
-    Ok((one, many))
+struct VerificationCost<'a> {
+    model_dir: &'a Path,
+    args: &'a Args,
+}
+
+impl BackendTask for VerificationCost<'_> {
+    type Output = Result<(Duration, Duration)>;
+
+    fn run<B: KernelBackend>(self, device: &B::Device) -> Self::Output {
+        let args = self.args;
+        let model = LlamaModel::<B>::load(self.model_dir, device)?.no_grad();
+        let vocab = model.config().vocab_size as u32;
+        let context: Vec<u32> = (0..args.context as u32)
+            .map(|i| (i * 7919) % vocab)
+            .collect();
+        let mut cache = model.new_kv_cache(1);
+        let prefill = ForwardBatch::new(vec![SequenceInput::new(0, context, 0)]);
+        model.forward(&prefill, &mut cache, &FeatureTap::None)?;
+        let mut time_rows = |rows: usize| -> Result<Duration> {
+            let tokens: Vec<u32> = (0..rows as u32).map(|i| (i * 31 + 5) % vocab).collect();
+            let batch = ForwardBatch::new(vec![
+                SequenceInput::new(0, tokens, args.context).with_all_logits()
+            ]);
+            let mut times = Vec::with_capacity(args.repeats + 1);
+            for _ in 0..=args.repeats {
+                let start = Instant::now();
+                let out = model.forward(&batch, &mut cache, &FeatureTap::None)?;
+                let _ = out.logits.into_data();
+                times.push(start.elapsed());
+                cache.truncate(0, args.context);
+            }
+            times.remove(0);
+            times.sort();
+            Ok(times[times.len() / 2])
+        };
+        let one = time_rows(1)?;
+        let many = time_rows(args.k + 1)?;
+        Ok((one, many))
+    }
 }

@@ -8,6 +8,7 @@ use aquila_engine::{
     DraftTreeConfig, EngineConfig, Llm, Prompt, RequestOutput, SamplingParams, SpeculativeConfig,
     SpeculativeMethod,
 };
+use aquila_examples::device::{DeviceArgs, DeviceChoice};
 use aquila_examples::heads;
 use aquila_examples::paths::default_model_dir;
 use aquila_examples::prompts::{builtin_chat_prompts, read_prompts_file};
@@ -24,6 +25,8 @@ struct Args {
     /// Target model directory (Hugging Face layout).
     #[arg(long)]
     model: Option<PathBuf>,
+    #[command(flatten)]
+    device: DeviceArgs,
     /// Drafting method; default: `eagle3` when an EAGLE-3 head is shipped, else `eagle`.
     #[arg(long, value_enum)]
     method: Option<Method>,
@@ -160,9 +163,11 @@ fn sampling_params(args: &Args) -> Result<SamplingParams> {
 fn engine_config(
     args: &Args,
     model: &Path,
+    device: DeviceChoice,
     speculative: Option<SpeculativeConfig>,
 ) -> EngineConfig {
     let mut config = EngineConfig::new(model);
+    device.apply(&mut config);
     config.speculative = speculative;
     config.seed = args.seed;
     if let Some(max_num_seqs) = args.max_num_seqs {
@@ -192,6 +197,7 @@ fn timed_generate(
 fn main() -> Result<()> {
     aquila_examples::init_tracing();
     let args = Args::parse();
+    let device = args.device.resolve()?;
     let model_dir = args.model.clone().unwrap_or_else(default_model_dir);
     if !model_dir.join("config.json").exists() {
         bail!(
@@ -200,6 +206,7 @@ fn main() -> Result<()> {
         );
     }
     println!("target: {}", model_dir.display());
+    println!("device: {device}");
     let chosen = resolve_method(&args);
     let draft = resolve_draft(&args, chosen, &model_dir)?;
     let method = match chosen {
@@ -232,7 +239,7 @@ fn main() -> Result<()> {
         args.max_tokens
     );
 
-    let mut llm = Llm::new(engine_config(&args, &model_dir, Some(speculative)))?;
+    let mut llm = Llm::new(engine_config(&args, &model_dir, device, Some(speculative)))?;
     let _server = match &args.serve_metrics {
         Some(addr) => {
             let server = MetricsServer::start(llm.recorder(), addr)?;
@@ -265,7 +272,7 @@ fn main() -> Result<()> {
     }
 
     if args.compare_baseline {
-        let mut baseline = Llm::new(engine_config(&args, &model_dir, None))?;
+        let mut baseline = Llm::new(engine_config(&args, &model_dir, device, None))?;
         let (base_outputs, base_wall, base_delta) =
             timed_generate(&mut baseline, &prompts, &params)?;
         let base_report = SpecDecodeReport::from_snapshot(&base_delta, namespace, base_wall);

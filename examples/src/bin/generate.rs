@@ -14,6 +14,7 @@ use aquila_engine::{
     ChatMessage, EngineConfig, FinishReason, Llm, Prompt, RequestDelta, RequestOutput,
     SamplingParams, StopReason,
 };
+use aquila_examples::device::DeviceArgs;
 use aquila_examples::paths::default_model_dir;
 use aquila_examples::prompts::read_prompts_file;
 use clap::Parser;
@@ -27,6 +28,8 @@ struct Args {
     /// Model directory (Hugging Face layout); defaults to the workspace's SmolLM2 import.
     #[arg(long)]
     model: Option<PathBuf>,
+    #[command(flatten)]
+    device: DeviceArgs,
     /// One text prompt.
     #[arg(long, conflicts_with = "prompts_file")]
     prompt: Option<String>,
@@ -110,11 +113,14 @@ impl<'a> From<&'a RequestOutput> for JsonOutput<'a> {
 fn main() -> Result<()> {
     aquila_examples::init_tracing();
     let args = Args::parse();
+    let device = args.device.resolve()?;
     let prompts = load_prompts(&args)?;
     let params = sampling_params(&args);
 
     let model = args.model.clone().unwrap_or_else(default_model_dir);
+    eprintln!("device: {device}");
     let mut config = EngineConfig::new(&model);
+    device.apply(&mut config);
     config.max_num_seqs = args.max_num_seqs;
     config.max_num_batched_tokens = args.max_num_batched_tokens;
     let mut llm =

@@ -15,6 +15,8 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result};
+use aquila_engine::Device;
+use aquila_examples::device::{check_device, default_device, parse_device, DeviceError};
 use aquila_examples::distill::{build_distill_data, DistillSettings, GenerationSizes};
 use aquila_examples::heads::{shipped_eagle3_head_dir, shipped_head_dir};
 use aquila_examples::paths::{default_model_dir, workspace_root};
@@ -25,10 +27,9 @@ use aquila_model_loader::checkpoint::FloatType;
 use aquila_model_loader::config::LlamaConfig;
 use aquila_model_loader::model::LlamaModel;
 use aquila_spec_decode::eagle::EagleHead;
-use aquila_spec_decode::train::{DistillData, TrainConfig, TrainHistory};
+use aquila_spec_decode::train::{DistillData, TrainBackend, TrainConfig, TrainHistory};
 use burn::backend::{Autodiff, Flex};
 use burn::module::Module;
-use burn::tensor::backend::AutodiffBackend;
 use clap::{Parser, ValueEnum};
 
 /// Storage type of the exported weights.
@@ -97,9 +98,11 @@ struct Args {
     /// Storage type of the exported head.
     #[arg(long, value_enum, default_value_t = ExportDtype::F16)]
     dtype: ExportDtype,
-    /// Train on the GPU (`Autodiff<Cuda>`; needs a build with the `cuda` feature).
-    #[arg(long)]
-    cuda: bool,
+    /// Where to train (responses and features are made on the CPU): `cpu` (`Autodiff<Flex>`)
+    /// or `cuda[:N]` (`Autodiff<Cuda>`, f32; needs a CUDA build). Default: `cuda:0` in a CUDA
+    /// build on a machine with a GPU, else `cpu`.
+    #[arg(long, value_parser = parse_device)]
+    device: Option<Device>,
     /// Requests decoded together while generating responses.
     #[arg(long, default_value_t = 32)]
     max_num_seqs: usize,
@@ -108,6 +111,9 @@ struct Args {
 fn main() -> Result<()> {
     aquila_examples::init_tracing();
     let args = Args::parse();
+    let device = args.device.unwrap_or_else(default_device);
+    check_device(device)?;
+    println!("device: {device}, f32");
     let started = Instant::now();
     let target_dir = args.target.clone().unwrap_or_else(default_model_dir);
     let target_config = LlamaConfig::from_file(&target_dir.join("config.json"))
@@ -157,10 +163,9 @@ fn main() -> Result<()> {
         data: &data,
         config: &config,
     };
-    let history = if args.cuda {
-        run.on_cuda()?
-    } else {
-        run.execute::<Autodiff<Flex>>(&Default::default())?
+    let history = match device {
+        Device::Cpu | Device::CpuGeneric => run.execute::<Autodiff<Flex>>(&Default::default())?,
+        Device::Cuda(index) => run.on_cuda(index)?,
     };
     check_export(&out, &target_config)?;
     let record = TrainingRecord {
@@ -190,7 +195,7 @@ struct TrainingRun<'a> {
 
 impl TrainingRun<'_> {
     /// Trains on backend `B` (seeded), then exports the head; returns the history.
-    fn execute<B: AutodiffBackend>(&self, device: &B::Device) -> Result<TrainHistory> {
+    fn execute<B: TrainBackend>(&self, device: &B::Device) -> Result<TrainHistory> {
         B::seed(device, self.args.seed);
         let target = LlamaModel::<B>::load(self.target_dir, device)?.no_grad();
         let (train_set, _) = self.data.split(self.config.val_every);
@@ -220,18 +225,17 @@ impl TrainingRun<'_> {
         Ok(history)
     }
 
-    /// Trains on the first CUDA device (f32).
+    /// Trains on CUDA device `index` (f32).
     #[cfg(feature = "cuda")]
-    fn on_cuda(&self) -> Result<TrainHistory> {
-        self.execute::<Autodiff<burn::backend::Cuda>>(&Default::default())
+    fn on_cuda(&self, index: usize) -> Result<TrainHistory> {
+        let device = burn::backend::cuda::CudaDevice::new(index);
+        self.execute::<Autodiff<burn::backend::Cuda>>(&device)
     }
 
     /// Without the `cuda` feature there is no GPU backend to train on.
     #[cfg(not(feature = "cuda"))]
-    fn on_cuda(&self) -> Result<TrainHistory> {
-        anyhow::bail!(
-            "--cuda needs a build with the `cuda` feature (AQUILA_CUDA=1 cargo xtask ...)"
-        )
+    fn on_cuda(&self, index: usize) -> Result<TrainHistory> {
+        Err(DeviceError::NotBuiltWithCuda(Device::Cuda(index)).into())
     }
 }
 

@@ -68,7 +68,7 @@ fn silu_mul_scalar(gate: &mut [f32], up: &[f32]) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn silu_mul_avx512(gate: &mut [f32], up: &[f32]) {
-    debug_assert_eq!(gate.len(), up.len());
+    assert_eq!(gate.len(), up.len());
     let len = gate.len();
     let one = _mm512_set1_ps(1.0);
     let two = _mm512_set1_ps(2.0);

@@ -175,8 +175,8 @@ mod avx512 {
         out_cols: usize,
         out_row: usize,
     ) {
-        debug_assert!((row + 15) * cols + col + 16 <= source.len());
-        debug_assert!((out_row + 15) * out_cols + row + 16 <= out.len());
+        assert!((row + 15) * cols + col + 16 <= source.len());
+        assert!((out_row + 15) * out_cols + row + 16 <= out.len());
         let mut r = [_mm512_setzero_ps(); 16];
         for (i, v) in r.iter_mut().enumerate() {
             // SAFETY: row + i < rows and col + 16 <= cols (caller).

@@ -162,7 +162,7 @@ fn dot_tile(
     d_in: usize,
     dots: &mut Dots,
 ) {
-    debug_assert!(height <= MAX_TILE_HEIGHT && width <= tile_width(height));
+    assert!(height <= MAX_TILE_HEIGHT && width <= tile_width(height));
     #[cfg(target_arch = "x86_64")]
     if super::has_avx512() {
         macro_rules! dispatch {
@@ -230,7 +230,7 @@ mod avx512 {
         d_in: usize,
         dots: &mut super::Dots,
     ) {
-        debug_assert!(weights.len() >= W * d_in && xs.len() >= H * d_in);
+        assert!(weights.len() >= W * d_in && xs.len() >= H * d_in);
         let (w, x) = (weights.as_ptr(), xs.as_ptr());
         let mut acc = [[_mm512_setzero_ps(); W]; H];
         let mut wv = [_mm512_setzero_ps(); W];

@@ -1,5 +1,5 @@
-//! CPU f32 kernels on plain slices for the Llama forward pass, and the bridge ([`flex`]) that
-//! lets the generic model hand its hot loops to them when it runs on burn's `Flex` backend.
+//! CPU f32 kernels on plain slices for the Llama forward pass; the model reaches them through
+//! [`crate::backend::KernelBackend`] when it runs on burn's `Flex` backend.
 //!
 //! Each kernel works on row-major `&[f32]` / `&mut [f32]` buffers and has two implementations:
 //! an AVX-512 path (`std::arch::x86_64` intrinsics, masked loads and stores for the tails) and
@@ -13,7 +13,6 @@
 //! - [`activation`]: SwiGLU's `silu(gate) * up`, in place ([`silu_mul`]).
 //! - [`norm`]: RMSNorm over the rows of a `[rows, dim]` matrix ([`rms_norm`]).
 //! - [`rope`]: rotary position embedding, Hugging Face "rotate half" layout ([`apply_rope`]).
-//! - [`flex`]: recognizing the CPU backend's `f32` tensors and reading or updating them.
 //! - [`attention`]: grouped-query scaled-dot-product attention with an online softmax
 //!   ([`grouped_query_attention`]).
 //!
@@ -36,7 +35,6 @@
 pub mod activation;
 pub mod attention;
 pub mod exp;
-pub mod flex;
 pub mod gemm;
 pub mod gemv;
 pub mod norm;

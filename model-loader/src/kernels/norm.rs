@@ -80,7 +80,7 @@ fn rms_norm_row_scalar(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn rms_norm_row_avx512(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
-    debug_assert!(x.len() == weight.len() && x.len() == out.len());
+    assert!(x.len() == weight.len() && x.len() == out.len());
     let dim = x.len();
     let mut acc = [_mm512_setzero_ps(); 2];
     let mut i = 0;

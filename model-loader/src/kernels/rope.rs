@@ -115,7 +115,7 @@ fn rotate_scalar(x1: &mut [f32], x2: &mut [f32], cos: &[f32], sin: &[f32]) {
 #[target_feature(enable = "avx512f")]
 unsafe fn rotate_avx512(x1: &mut [f32], x2: &mut [f32], cos: &[f32], sin: &[f32]) {
     let half = x1.len();
-    debug_assert!(x2.len() == half && cos.len() == half && sin.len() == half);
+    assert!(x2.len() == half && cos.len() == half && sin.len() == half);
     let mut i = 0;
     while i < half {
         let mask = super::tail_mask(half - i);

@@ -2,7 +2,7 @@
 //! sequence's rows are, how long its cache is, its RoPE tables and its attention mask.
 
 use super::{ForwardBatch, KvCache, ModelError, Rope, RopeTables, SequenceInput};
-use crate::kernels::flex::is_flex;
+use crate::backend::KernelBackend;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Tensor, TensorData};
 
@@ -19,8 +19,8 @@ pub struct SequenceSpan<B: Backend> {
     pub cached: usize,
     /// `[1, 1, group * len, cached + len]`, `true` = masked out; rows are ordered
     /// `(query head within its group, new row)`. `None` when a single row sees everything,
-    /// and on the CPU backend, whose attention kernel reads [`SequenceSpan::visibility`]
-    /// (see [`SequenceSpan::generic_mask`]).
+    /// and on backends whose attention reads [`SequenceSpan::visibility`] instead
+    /// ([`KernelBackend::ATTENTION_MASK_TENSORS`]; see [`SequenceSpan::generic_mask`]).
     pub(crate) mask: Option<Tensor<B, 4, Bool>>,
     /// Which keys the new rows see.
     pub(crate) visibility: SpanVisibility,
@@ -107,7 +107,7 @@ pub struct AttentionContext<B: Backend> {
     group_size: usize,
 }
 
-impl<B: Backend> AttentionContext<B> {
+impl<B: KernelBackend> AttentionContext<B> {
     /// Prepares `batch` for attention layers with `num_heads` query heads and `num_kv_heads`
     /// key/value heads, with the cache lengths of `cache`.
     ///
@@ -153,7 +153,7 @@ impl<B: Backend> AttentionContext<B> {
                 let len = sequence.len();
                 let cached = cache.len(sequence.slot);
                 let visibility = SpanVisibility::of(sequence, cached);
-                let mask = (!is_flex::<B>())
+                let mask = B::ATTENTION_MASK_TENSORS
                     .then(|| visibility.mask_tensor(group_size, cached, len, device))
                     .flatten();
                 let span = SequenceSpan {
@@ -174,7 +174,9 @@ impl<B: Backend> AttentionContext<B> {
             group_size,
         })
     }
+}
 
+impl<B: Backend> AttentionContext<B> {
     /// The sequences, in batch order.
     pub fn spans(&self) -> &[SequenceSpan<B>] {
         &self.spans
@@ -204,7 +206,7 @@ mod tests {
     use burn::backend::{Autodiff, Flex};
 
     /// Slot 0 gets one new row; slot 2 (two cached tokens) two.
-    fn sample_context<B: Backend>() -> AttentionContext<B> {
+    fn sample_context<B: KernelBackend>() -> AttentionContext<B> {
         let mut cache = KvCache::<B>::new(1, 3);
         cache.advance(2, 2);
         let batch = ForwardBatch::new(vec![

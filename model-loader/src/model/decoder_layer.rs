@@ -6,6 +6,7 @@ use super::attention::{Attention, AttentionSpec};
 use super::mlp::{Mlp, MlpSpec};
 use super::rms_norm::{export_rms_norm, init_rms_norm, load_rms_norm, rms_norm, RmsNorm};
 use super::{AttentionContext, KvCache, WeightLoader};
+use crate::backend::KernelBackend;
 use crate::checkpoint::ExportedTensor;
 use crate::config::LlamaConfig;
 use burn::module::Module;
@@ -140,7 +141,9 @@ impl<B: Backend> DecoderLayer<B> {
     pub fn post_attention_norm(&self) -> &RmsNorm<B> {
         &self.post_attention_norm
     }
+}
 
+impl<B: KernelBackend> DecoderLayer<B> {
     /// `[rows, hidden]` -> `[rows, hidden]`, appending the rows' keys and values to `layer` of
     /// `cache`.
     pub fn forward(

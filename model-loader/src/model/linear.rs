@@ -2,17 +2,13 @@
 //! v; gate and up), each kept as its own block so that each output comes out contiguous.
 //!
 //! Weights are stored as Hugging Face stores them, `[out, in]`: every output is the dot
-//! product of an input row with a contiguous weight row. On the CPU backend in `f32`, products
-//! of up to [`MAX_GEMV_ROWS`] rows (decoding, draft verification, small batches) run on the
-//! weight-streaming kernel of [`crate::kernels::gemv`], all blocks in one parallel pass, and
-//! larger ones on [`crate::kernels::gemm`]; every other backend uses burn's matrix product on
-//! the transposed weight.
+//! product of an input row with a contiguous weight row. The products run through
+//! [`KernelBackend::project`]: the CPU kernels on `Flex`, burn's matrix product on the
+//! transposed weight elsewhere.
 
 use super::export::export_linear;
+use crate::backend::KernelBackend;
 use crate::checkpoint::ExportedTensor;
-use crate::kernels::flex::{f32_storage, values};
-use crate::kernels::gemm::project_rows_gemm;
-use crate::kernels::gemv::{project_rows, ProjectionRef};
 use burn::module::{Module, Param};
 use burn::nn::Initializer;
 use burn::tensor::backend::Backend;
@@ -34,15 +30,6 @@ impl<B: Backend> LinearBlock<B> {
     pub fn dims(&self) -> (usize, usize) {
         let [d_out, d_in] = self.weight.dims();
         (d_in, d_out)
-    }
-
-    /// `[rows, in]` -> `[rows, out]` with burn's operations.
-    fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
-        let y = x.matmul(self.weight.val().transpose());
-        match &self.bias {
-            Some(bias) => y + bias.val().unsqueeze_dim(0),
-            None => y,
-        }
     }
 }
 
@@ -142,57 +129,12 @@ impl<B: Backend> SplitLinear<B> {
             .flat_map(|(block, prefix)| export_linear(std::slice::from_ref(block), prefix))
             .collect()
     }
+}
 
+impl<B: KernelBackend> SplitLinear<B> {
     /// Each block's output `[rows, out_i]` for input `[rows, in]`, in block order.
     pub fn forward_blocks(&self, x: Tensor<B, 2>) -> Vec<Tensor<B, 2>> {
-        if let Some(outputs) = self.forward_blocks_cpu(&x) {
-            return outputs;
-        }
-        self.blocks
-            .iter()
-            .map(|block| block.forward(x.clone()))
-            .collect()
-    }
-
-    /// The CPU kernel path of [`SplitLinear::forward_blocks`], when it applies.
-    fn forward_blocks_cpu(&self, x: &Tensor<B, 2>) -> Option<Vec<Tensor<B, 2>>> {
-        let [rows, d_in] = x.dims();
-        let input = f32_storage(x)?;
-        let storages = self
-            .blocks
-            .iter()
-            .map(|block| {
-                let weight = f32_storage(&block.weight.val())?;
-                let bias = match &block.bias {
-                    Some(bias) => Some(f32_storage(&bias.val())?),
-                    None => None,
-                };
-                Some((weight, bias))
-            })
-            .collect::<Option<Vec<_>>>()?;
-        let projections: Vec<ProjectionRef<'_>> = storages
-            .iter()
-            .map(|(weight, bias)| ProjectionRef {
-                weight: values(weight),
-                bias: bias.as_ref().map(values),
-            })
-            .collect();
-        let device = x.device();
-        let outputs = if rows <= MAX_GEMV_ROWS {
-            project_rows(values(&input), rows, d_in, &projections)
-        } else {
-            project_rows_gemm(values(&input), rows, d_in, &projections)
-        };
-        Some(
-            outputs
-                .into_iter()
-                .zip(&self.blocks)
-                .map(|(out, block)| {
-                    let (_, d_out) = block.dims();
-                    Tensor::from_data(TensorData::new(out, [rows, d_out]), &device)
-                })
-                .collect(),
-        )
+        B::project(x, &self.blocks)
     }
 
     /// `[rows, in]` -> `[rows, out]`.
@@ -211,7 +153,7 @@ mod tests {
     use super::*;
     use burn::backend::{Autodiff, Flex};
 
-    fn layer<B: Backend>(d_in: usize, widths: &[usize]) -> SplitLinear<B> {
+    fn layer<B: KernelBackend>(d_in: usize, widths: &[usize]) -> SplitLinear<B> {
         let blocks = widths
             .iter()
             .enumerate()
@@ -226,7 +168,7 @@ mod tests {
         SplitLinear::from_blocks(blocks, d_in, &Default::default())
     }
 
-    fn run<B: Backend>(layer: &SplitLinear<B>, rows: usize, d_in: usize) -> Vec<f32> {
+    fn run<B: KernelBackend>(layer: &SplitLinear<B>, rows: usize, d_in: usize) -> Vec<f32> {
         let x: Vec<f32> = (0..rows * d_in).map(|v| (v as f32 * 0.11).cos()).collect();
         let x = Tensor::<B, 2>::from_data(TensorData::new(x, [rows, d_in]), &Default::default());
         let out = layer.forward(x);

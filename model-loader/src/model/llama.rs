@@ -7,6 +7,7 @@ use super::{
     AttentionContext, FeatureTap, ForwardBatch, ForwardOutput, KvCache, ModelError, Rope,
     SplitLinear, WeightLoader,
 };
+use crate::backend::KernelBackend;
 use crate::checkpoint::Checkpoint;
 use crate::config::LlamaConfig;
 use crate::LoadError;
@@ -115,6 +116,35 @@ impl<B: Backend> LlamaModel<B> {
         self.embed_tokens.weight.device()
     }
 
+    /// Embeddings of `tokens`, `[n, hidden]`.
+    ///
+    /// # Panics
+    /// If a token is outside the vocabulary (use [`LlamaModel::try_embed`] for unchecked ids).
+    pub fn embed(&self, tokens: &[u32]) -> Tensor<B, 2> {
+        self.try_embed(tokens)
+            .unwrap_or_else(|e| panic!("embed: {e}"))
+    }
+
+    /// Embeddings of `tokens`, `[n, hidden]`, or an error naming a token outside the
+    /// vocabulary.
+    pub fn try_embed(&self, tokens: &[u32]) -> Result<Tensor<B, 2>, ModelError> {
+        let vocab_size = self.config.vocab_size;
+        if let Some(&token) = tokens.iter().find(|&&t| t as usize >= vocab_size) {
+            return Err(ModelError::UnknownToken { token, vocab_size });
+        }
+        let ids: Vec<i64> = tokens.iter().map(|&t| i64::from(t)).collect();
+        let ids =
+            Tensor::<B, 1, Int>::from_data(TensorData::new(ids, [tokens.len()]), &self.device());
+        Ok(self.embed_tokens.weight.val().select(0, ids))
+    }
+
+    /// The final norm (applied before the lm_head).
+    pub fn final_norm(&self) -> &RmsNorm<B> {
+        &self.norm
+    }
+}
+
+impl<B: KernelBackend> LlamaModel<B> {
     /// Runs the new tokens of every sequence of `batch` through the model, appending them to
     /// their slots of `cache`. Returns logits of the requested rows and the features `tap`
     /// asks for, both in batch order. The batch is validated first; on error nothing changes.
@@ -180,36 +210,9 @@ impl<B: Backend> LlamaModel<B> {
         Ok(ForwardOutput { logits, features })
     }
 
-    /// Embeddings of `tokens`, `[n, hidden]`.
-    ///
-    /// # Panics
-    /// If a token is outside the vocabulary (use [`LlamaModel::try_embed`] for unchecked ids).
-    pub fn embed(&self, tokens: &[u32]) -> Tensor<B, 2> {
-        self.try_embed(tokens)
-            .unwrap_or_else(|e| panic!("embed: {e}"))
-    }
-
-    /// Embeddings of `tokens`, `[n, hidden]`, or an error naming a token outside the
-    /// vocabulary.
-    pub fn try_embed(&self, tokens: &[u32]) -> Result<Tensor<B, 2>, ModelError> {
-        let vocab_size = self.config.vocab_size;
-        if let Some(&token) = tokens.iter().find(|&&t| t as usize >= vocab_size) {
-            return Err(ModelError::UnknownToken { token, vocab_size });
-        }
-        let ids: Vec<i64> = tokens.iter().map(|&t| i64::from(t)).collect();
-        let ids =
-            Tensor::<B, 1, Int>::from_data(TensorData::new(ids, [tokens.len()]), &self.device());
-        Ok(self.embed_tokens.weight.val().select(0, ids))
-    }
-
     /// Logits `[n, vocab]` of already-normed hidden rows `[n, hidden]`.
     pub fn lm_head(&self, hidden: Tensor<B, 2>) -> Tensor<B, 2> {
         self.lm_head.forward(hidden)
-    }
-
-    /// The final norm (applied before the lm_head).
-    pub fn final_norm(&self) -> &RmsNorm<B> {
-        &self.norm
     }
 }
 

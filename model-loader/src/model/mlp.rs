@@ -2,12 +2,10 @@
 
 use super::weights::Projection;
 use super::{SplitLinear, WeightLoader};
+use crate::backend::KernelBackend;
 use crate::checkpoint::ExportedTensor;
 use crate::config::LlamaConfig;
-use crate::kernels::activation::silu_mul;
-use crate::kernels::flex::{f32_storage, update_in_place, values};
 use burn::module::Module;
-use burn::tensor::activation::silu;
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
@@ -90,7 +88,9 @@ impl<B: Backend> Mlp<B> {
         out.extend(self.down.export_projection(&format!("{prefix}.down_proj")));
         out
     }
+}
 
+impl<B: KernelBackend> Mlp<B> {
     /// `[rows, hidden]` -> `[rows, hidden]`.
     pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
         let [gate, up]: [Tensor<B, 2>; 2] = self
@@ -98,11 +98,6 @@ impl<B: Backend> Mlp<B> {
             .forward_blocks(x)
             .try_into()
             .unwrap_or_else(|_| panic!("the gate/up layer has two projections"));
-        let gated = match f32_storage(&up) {
-            Some(up_storage) => update_in_place(gate, |gate| silu_mul(gate, values(&up_storage))),
-            None => Err(gate),
-        };
-        let gated = gated.unwrap_or_else(|gate| silu(gate) * up);
-        self.down.forward(gated)
+        self.down.forward(B::swiglu(gate, up))
     }
 }

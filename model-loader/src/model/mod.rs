@@ -47,6 +47,7 @@ mod weights;
 
 pub use attention::{Attention, AttentionSpec};
 pub use batch::{ForwardBatch, ForwardOutput, SequenceInput};
+pub(crate) use context::SpanVisibility;
 pub use context::{AttentionContext, SequenceSpan};
 pub use decoder_layer::{DecoderLayer, DecoderLayerSpec};
 pub use error::ModelError;

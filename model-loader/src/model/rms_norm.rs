@@ -1,16 +1,15 @@
 //! RMSNorm as in Hugging Face Llama: `x / sqrt(mean(x^2) + eps) * weight`, over the last
 //! dimension. burn's [`burn::nn::RmsNorm`] computes exactly this; this module builds it and
-//! applies it ([`rms_norm`]) with the CPU kernel on the `Flex` backend.
+//! applies it ([`rms_norm`]) through [`KernelBackend::rms_norm`].
 
 use super::export::export_tensor;
 use super::WeightLoader;
+use crate::backend::KernelBackend;
 use crate::checkpoint::ExportedTensor;
-use crate::kernels::flex::{f32_storage, values};
-use crate::kernels::norm;
 use burn::module::Param;
 use burn::nn::RmsNormConfig;
 use burn::tensor::backend::Backend;
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::Tensor;
 
 pub use burn::nn::RmsNorm;
 
@@ -39,30 +38,22 @@ pub fn export_rms_norm<B: Backend>(norm: &RmsNorm<B>, name: &str) -> ExportedTen
     export_tensor(name, norm.gamma.val())
 }
 
-/// `norm` applied to `x` over its last dimension: by the CPU kernel when `x` is a `Flex`
-/// tensor of `f32` values, by burn's [`RmsNorm::forward`] otherwise.
-pub fn rms_norm<B: Backend, const D: usize>(norm: &RmsNorm<B>, x: Tensor<B, D>) -> Tensor<B, D> {
-    let gamma = norm.gamma.val();
-    let (Some(input), Some(weight)) = (f32_storage(&x), f32_storage(&gamma)) else {
-        return norm.forward(x);
-    };
-    let shape = x.dims();
-    let mut out = vec![0.0f32; shape.iter().product()];
-    norm::rms_norm(
-        values(&input),
-        values(&weight),
-        norm.epsilon as f32,
-        &mut out,
-    );
-    Tensor::from_data(TensorData::new(out, shape), &x.device())
+/// `norm` applied to `x` over its last dimension: by the CPU kernel on `Flex` (contiguous
+/// `f32` values), by burn's [`RmsNorm::forward`] elsewhere.
+pub fn rms_norm<B: KernelBackend, const D: usize>(
+    norm: &RmsNorm<B>,
+    x: Tensor<B, D>,
+) -> Tensor<B, D> {
+    B::rms_norm(norm, x)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use burn::backend::{Autodiff, Flex};
+    use burn::tensor::TensorData;
 
-    fn normed<B: Backend>() -> Vec<f32> {
+    fn normed<B: KernelBackend>() -> Vec<f32> {
         let device = Default::default();
         let mut norm = init_rms_norm::<B>(5, 1e-5, &device);
         norm.gamma = Param::from_tensor(Tensor::from_data([0.5f32, 1.0, 1.5, 2.0, -1.0], &device));

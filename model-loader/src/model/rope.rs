@@ -1,14 +1,14 @@
 //! Rotary position embedding in the Hugging Face "rotate half" layout: pair `i` of a head is
 //! made of elements `i` and `i + head_dim / 2`.
 //!
-//! On the CPU backend in `f32` the rotation runs in place ([`crate::kernels::rope`]). Elsewhere
-//! it is computed as `x * cos + rotate_half(x) * sin` with `rotate_half(x) = x R` for a fixed
-//! signed permutation matrix `R` (exact: one non-zero per column), and `cos`/`sin` laid out at
-//! the full `[rows, heads, head_dim]` shape, so every step is a contiguous tensor operation.
+//! The rotation goes through [`KernelBackend::rope`]: on the CPU backend in `f32` it runs in
+//! place ([`crate::kernels::rope`]). Elsewhere it is computed as
+//! `x * cos + rotate_half(x) * sin` with `rotate_half(x) = x R` for a fixed signed permutation
+//! matrix `R` (exact: one non-zero per column), and `cos`/`sin` laid out at the full
+//! `[rows, heads, head_dim]` shape, so every step is a contiguous tensor operation.
 
+use crate::backend::KernelBackend;
 use crate::config::RopeConfig;
-use crate::kernels::flex::update_in_place;
-use crate::kernels::rope::apply_rope;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
 use std::sync::OnceLock;
@@ -98,27 +98,35 @@ struct GenericTables<B: Backend> {
     by_heads: Vec<(usize, Tensor<B, 3>, Tensor<B, 3>)>,
 }
 
-impl<B: Backend> RopeTables<B> {
+impl<B: KernelBackend> RopeTables<B> {
     /// Rotates `x` of shape `[rows, heads, head_dim]`, row `r` by its position's angles.
     ///
     /// # Panics
     /// If the tables were not prepared for `heads` heads.
     pub fn apply(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        let [rows, heads, head_dim] = x.dims();
+        let heads = x.dims()[1];
         assert!(
             self.heads.contains(&heads),
             "RoPE tables were not prepared for {heads} heads"
         );
-        let rotated = update_in_place(x, |values| {
-            apply_rope(values, rows, heads, head_dim, &self.cos, &self.sin);
-        });
-        match rotated {
-            Ok(x) => x,
-            Err(x) => self.apply_generic(x),
-        }
+        B::rope(self, x)
+    }
+}
+
+impl<B: Backend> RopeTables<B> {
+    /// `cos` of every row's angles, `[rows, head_dim / 2]`.
+    pub fn cos(&self) -> &[f32] {
+        &self.cos
     }
 
-    fn apply_generic(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+    /// `sin` of every row's angles, `[rows, head_dim / 2]`.
+    pub fn sin(&self) -> &[f32] {
+        &self.sin
+    }
+
+    /// [`RopeTables::apply`] in burn's operations, with the full-shape tables built on first
+    /// use.
+    pub(crate) fn apply_generic(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         let [rows, heads, head_dim] = x.dims();
         let tables = self.generic.get_or_init(|| self.generic_tables());
         let (_, cos, sin) = tables
@@ -177,7 +185,7 @@ mod tests {
         check_rotation::<Autodiff<Flex>>();
     }
 
-    fn check_rotation<B: Backend>() {
+    fn check_rotation<B: KernelBackend>() {
         let config = RopeConfig {
             theta: 100.0,
             scaling: None,

@@ -1,4 +1,6 @@
-//! Acceptance: SmolLM2-135M-Instruct in burn (f32, CPU) reproduces the Hugging Face oracle.
+//! Acceptance: SmolLM2-135M-Instruct in burn (f32, CPU) reproduces the Hugging Face oracle,
+//! on the CPU kernels (`Flex`) and on burn's generic operations (`GenericCpu`, the code path
+//! CUDA runs).
 //!
 //! Teacher-forced over prompt + oracle continuation, the model's argmax must equal the oracle's
 //! greedy token at all 32 positions of all 6 prompts, and the oracle's top-5 logits must agree
@@ -8,12 +10,11 @@
 //! Needs `models/smollm2-135m-instruct` (made by `cargo xtask import-model`); the oracle is in
 //! `testdata/oracle`. Without the model the test fails, unless `AQUILA_SKIP_REAL_MODEL=1`.
 
+use aquila_model_loader::backend::{load_generic_cpu, KernelBackend};
 use aquila_model_loader::model::{FeatureTap, ForwardBatch, LlamaModel, SequenceInput};
 use aquila_testdata::{GreedyOracle, OraclePrompt};
 use burn::backend::Flex;
 use std::path::PathBuf;
-
-type B = Flex;
 
 const LOGIT_TOLERANCE: f32 = 1e-3;
 
@@ -52,12 +53,24 @@ fn check_row(label: &str, case: &OraclePrompt, step: usize, row: &[f32]) -> f32 
 }
 
 #[test]
-fn teacher_forced_logits_match_the_oracle() {
+fn kernel_path_matches_the_oracle() {
     let Some((dir, cases)) = setup() else {
         return;
     };
-    let device = Default::default();
-    let model = LlamaModel::<B>::load(&dir, &device).unwrap();
+    let model = LlamaModel::<Flex>::load(&dir, &Default::default()).unwrap();
+    check_against_oracle(&model, &cases);
+}
+
+#[test]
+fn generic_path_matches_the_oracle() {
+    let Some((dir, cases)) = setup() else {
+        return;
+    };
+    check_against_oracle(&load_generic_cpu(&dir).unwrap(), &cases);
+}
+
+/// Both checks of the module docs on `model`.
+fn check_against_oracle<B: KernelBackend>(model: &LlamaModel<B>, cases: &[OraclePrompt]) {
     let vocab = model.config().vocab_size;
     let steps = cases[0].greedy_ids.len();
 

@@ -1,6 +1,7 @@
 //! The EAGLE-1 head: `fc` over `[token embedding, feature]`, then Llama decoder layers whose
 //! first has no input norm, and no final norm; the target's embeddings and lm_head are shared.
 
+use aquila_model_loader::backend::KernelBackend;
 use aquila_model_loader::checkpoint::{Checkpoint, ExportedTensor};
 use aquila_model_loader::config::{eagle1_config_json, Eagle1Config, LlamaConfig};
 use aquila_model_loader::model::{
@@ -39,7 +40,7 @@ pub struct Eagle1Head<B: Backend> {
     rope: Rope,
 }
 
-impl<B: Backend> Eagle1Head<B> {
+impl<B: KernelBackend> Eagle1Head<B> {
     /// Loads a head from its checkpoint after checking it against the target: every tensor
     /// must have the shape the config implies, none may be missing or left over, and `fc.bias`
     /// must agree with the config's `bias` (absent follows the checkpoint). An

@@ -2,6 +2,7 @@
 //! `midlayer` attending over `[input_layernorm(embedding), hidden_norm(hidden)]`, and its own
 //! norm and lm_head over a draft vocabulary mapped to target ids by `d2t`.
 
+use aquila_model_loader::backend::KernelBackend;
 use aquila_model_loader::checkpoint::{Checkpoint, ExportedTensor};
 use aquila_model_loader::config::{eagle3_config_json, Eagle3Config, LlamaConfig};
 use aquila_model_loader::model::{
@@ -58,7 +59,7 @@ pub struct Eagle3Head<B: Backend> {
     rope: Rope,
 }
 
-impl<B: Backend> Eagle3Head<B> {
+impl<B: KernelBackend> Eagle3Head<B> {
     /// Loads a head from its checkpoint after checking it against the target (vocabulary,
     /// feature width, auxiliary layers). Every tensor must have the shape the config implies
     /// and none may be missing or left over. `d2t` is required when the draft vocabulary is
@@ -413,7 +414,7 @@ struct StoredMapping {
 /// Reads `d2t` (required when the draft vocabulary is smaller than the target's) and `t2d`
 /// (optional), or `Some(None)` when a full-vocabulary head stores neither. `None` means a
 /// problem was recorded by the loader.
-fn read_vocab_mapping<B: Backend>(
+fn read_vocab_mapping<B: KernelBackend>(
     loader: &mut WeightLoader<'_, B>,
     draft_vocab: usize,
     vocab: usize,

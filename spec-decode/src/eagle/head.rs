@@ -3,11 +3,13 @@
 
 use std::path::Path;
 
+use aquila_model_loader::backend::KernelBackend;
 use aquila_model_loader::checkpoint::{Checkpoint, ExportedTensor, FloatType, WriteError};
 use aquila_model_loader::config::{EagleConfig, LlamaConfig};
 use aquila_model_loader::model::{
     AttentionContext, FeatureTap, ForwardBatch, KvCache, LlamaModel, ModelError, Rope,
 };
+use burn::module::Module;
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
@@ -25,7 +27,7 @@ pub enum EagleHead<B: Backend> {
     Eagle3(Box<Eagle3Head<B>>),
 }
 
-impl<B: Backend> EagleHead<B> {
+impl<B: KernelBackend> EagleHead<B> {
     /// Loads the head in `dir` (`config.json` and `model.safetensors` or a sharded index) for a
     /// target described by `target`. The config decides EAGLE-1 or EAGLE-3.
     pub fn load(dir: &Path, target: &LlamaConfig, device: &B::Device) -> Result<Self, EagleError> {
@@ -50,6 +52,15 @@ impl<B: Backend> EagleHead<B> {
                 config, checkpoint, target, device,
             )?)),
         })
+    }
+
+    /// The head with parameters that require no gradients, for inference: an autodiff
+    /// backend then records no graph.
+    pub fn no_grad(self) -> Self {
+        match self {
+            EagleHead::Eagle1(head) => EagleHead::Eagle1(Box::new(head.no_grad())),
+            EagleHead::Eagle3(head) => EagleHead::Eagle3(Box::new(head.no_grad())),
+        }
     }
 
     /// The head's weights in its checkpoint layout (see [`Eagle1Head::export`] and

@@ -33,5 +33,5 @@ pub use record::{record_shard, tap_name};
 pub use schedule::WarmupCosine;
 pub use shard::{read_shards, shard_path, DistillSequence, FeatureShard, SHARD_FORMAT};
 pub use step::{run_batch, BatchStats, StepOptions};
-pub use trainer::{evaluate, target_to_draft, train, DraftHeadModule};
+pub use trainer::{evaluate, target_to_draft, train, DraftHeadModule, TrainBackend};
 pub use unroll::{plan_batch, BatchPlan, PlannedSequence, StepPlan};

@@ -1,8 +1,8 @@
 //! Recording self-distillation data: one target forward over prompt + response per sequence,
 //! keeping the tapped features and the greedy next token at every position.
 
+use aquila_model_loader::backend::KernelBackend;
 use aquila_model_loader::model::{FeatureTap, ForwardBatch, LlamaModel, SequenceInput};
-use burn::tensor::backend::Backend;
 
 use super::{DistillSequence, FeatureShard, TrainError};
 
@@ -21,7 +21,7 @@ pub fn tap_name(tap: &FeatureTap) -> String {
 /// Runs `target` over every sequence (batched up to `max_batch_tokens` rows per forward; a
 /// longer sequence runs alone) and returns a shard with the `tap` features and the argmax of
 /// the logits at every position.
-pub fn record_shard<B: Backend>(
+pub fn record_shard<B: KernelBackend>(
     target: &LlamaModel<B>,
     tap: &FeatureTap,
     sequences: &[DistillSequence],

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 
+use aquila_model_loader::backend::KernelBackend;
 use aquila_model_loader::model::{ForwardBatch, LlamaModel};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
@@ -76,7 +77,7 @@ impl BatchStats {
 
 /// Runs `data` through `head` for `options.unroll` draft steps; returns the weighted loss and
 /// the batch's accuracy counts.
-pub fn run_batch<B: Backend>(
+pub fn run_batch<B: KernelBackend>(
     head: &EagleHead<B>,
     target: &LlamaModel<B>,
     data: &BatchData,
@@ -174,7 +175,7 @@ pub fn run_batch<B: Backend>(
 }
 
 /// Whether each row's draft argmax, mapped to a target id, equals its label.
-fn draft_matches<B: Backend>(
+fn draft_matches<B: KernelBackend>(
     head: &EagleHead<B>,
     logits: Tensor<B, 2>,
     labels: &[u32],

@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+use aquila_model_loader::backend::KernelBackend;
 use aquila_model_loader::model::LlamaModel;
 use burn::grad_clipping::GradientClippingConfig;
 use burn::module::{AutodiffModule, Module};
@@ -22,19 +23,25 @@ use super::{
 };
 use crate::eagle::{Eagle1Head, Eagle3Head, EagleHead};
 
+/// A backend draft heads train on: autodiff over a backend that, like the autodiff one, runs
+/// the model's operations (`Autodiff<Flex>`, `Autodiff<Cuda>`).
+pub trait TrainBackend: AutodiffBackend<InnerBackend: KernelBackend> + KernelBackend {}
+
+impl<B: AutodiffBackend<InnerBackend: KernelBackend> + KernelBackend> TrainBackend for B {}
+
 /// A trainable draft head: a burn module that drafts as an [`EagleHead`].
 pub trait DraftHeadModule<B: Backend>: Module<B> + Clone {
     /// The head as an [`EagleHead`] (a cheap clone sharing the weights).
     fn to_eagle_head(&self) -> EagleHead<B>;
 }
 
-impl<B: Backend> DraftHeadModule<B> for Eagle1Head<B> {
+impl<B: KernelBackend> DraftHeadModule<B> for Eagle1Head<B> {
     fn to_eagle_head(&self) -> EagleHead<B> {
         EagleHead::Eagle1(Box::new(self.clone()))
     }
 }
 
-impl<B: Backend> DraftHeadModule<B> for Eagle3Head<B> {
+impl<B: KernelBackend> DraftHeadModule<B> for Eagle3Head<B> {
     fn to_eagle_head(&self) -> EagleHead<B> {
         EagleHead::Eagle3(Box::new(self.clone()))
     }
@@ -53,7 +60,7 @@ pub fn train<B, H>(
     observer: &mut dyn TrainObserver,
 ) -> Result<(H, TrainHistory), TrainError>
 where
-    B: AutodiffBackend,
+    B: TrainBackend,
     H: AutodiffModule<B> + DraftHeadModule<B>,
     H::InnerModule: DraftHeadModule<B::InnerBackend>,
 {
@@ -187,7 +194,7 @@ fn run_fingerprint(config: &TrainConfig, batches: &[Vec<SequenceRef>]) -> String
 
 /// Validation over `sequences`: mean loss, per-step accuracy and simulated acceptance length
 /// of greedy chains of `config.eval_chain` drafts (no noise, no gradient).
-pub fn evaluate<B: Backend, H: DraftHeadModule<B>>(
+pub fn evaluate<B: KernelBackend, H: DraftHeadModule<B>>(
     head: &H,
     target: &LlamaModel<B>,
     data: &DistillData,
@@ -221,7 +228,10 @@ pub fn evaluate<B: Backend, H: DraftHeadModule<B>>(
 }
 
 /// The draft-vocabulary index of every target token under `head`'s vocabulary map.
-pub fn target_to_draft<B: Backend>(head: &EagleHead<B>, vocab_size: usize) -> Vec<Option<u32>> {
+pub fn target_to_draft<B: KernelBackend>(
+    head: &EagleHead<B>,
+    vocab_size: usize,
+) -> Vec<Option<u32>> {
     let map = head.vocab_map();
     let mut table = vec![None; vocab_size];
     for draft in 0..map.draft_vocab_size() as u32 {

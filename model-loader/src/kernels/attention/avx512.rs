@@ -21,7 +21,7 @@ pub(super) unsafe fn run_task_avx512<const NC: usize, const T: usize>(
     task: Task<'_>,
 ) {
     let AttentionShape { len, head_dim, .. } = inputs.shape;
-    debug_assert!(if NC < 16 {
+    assert!(if NC < 16 {
         head_dim.div_ceil(16) == NC
     } else {
         head_dim <= 16 * NC
@@ -168,9 +168,9 @@ pub(super) unsafe fn attend_tile<const NC: usize, const T: usize>(
     let count = keys.len() / head_dim;
     let nc = if NC < 16 { NC } else { head_dim.div_ceil(16) };
     let sub_blocks = count.div_ceil(16);
-    debug_assert!(nc <= NC && values.len() == keys.len() && count <= KEY_BLOCK);
-    debug_assert!(running.len() == T && acc.len() == T * head_dim);
-    debug_assert!(queries.iter().all(|q| q.len() == head_dim));
+    assert!(nc <= NC && values.len() == keys.len() && count <= KEY_BLOCK);
+    assert!(running.len() == T && acc.len() == T * head_dim);
+    assert!(queries.iter().all(|q| q.len() == head_dim));
     // Lanes of the last chunk of a head row.
     let last = crate::kernels::tail_mask(head_dim - 16 * (nc - 1));
     let any_visible = |b: usize| visible.iter().any(|bits| bits[b] != 0);
@@ -304,7 +304,7 @@ pub(super) unsafe fn dot_tile<const NC: usize, const T: usize, const FULL: bool>
     head_dim: usize,
     rows: usize,
 ) -> [__m512; T] {
-    debug_assert!((1..=16).contains(&rows) && (!FULL || rows == 16));
+    assert!((1..=16).contains(&rows) && (!FULL || rows == 16));
     let mut pending = [_mm512_setzero_ps(); T];
     let mut first_half = [_mm512_setzero_ps(); T];
     let mut out = [_mm512_setzero_ps(); T];

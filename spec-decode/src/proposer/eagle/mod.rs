@@ -26,6 +26,7 @@ mod tree;
 
 pub use config::{DraftSampling, EagleProposerConfig, EagleTreeConfig};
 
+use aquila_model_loader::backend::KernelBackend;
 use aquila_model_loader::model::{FeatureTap, ForwardBatch, KvCache, LlamaModel, SequenceInput};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
@@ -59,7 +60,7 @@ struct Planned {
     budget: usize,
 }
 
-impl<B: Backend> EagleProposer<B> {
+impl<B: KernelBackend> EagleProposer<B> {
     /// A proposer drafting with `head` for `target`, with draft-cache room for `num_slots`
     /// concurrent requests (the engine's maximum number of running requests). A tree's `top_k`
     /// must not exceed the head's draft vocabulary.
@@ -321,7 +322,7 @@ impl<B: Backend> EagleProposer<B> {
     }
 }
 
-impl<B: Backend> Proposer<Tensor<B, 2>> for EagleProposer<B> {
+impl<B: KernelBackend> Proposer<Tensor<B, 2>> for EagleProposer<B> {
     fn num_speculative_tokens(&self) -> usize {
         self.config.num_speculative_tokens
     }

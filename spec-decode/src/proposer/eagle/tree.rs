@@ -18,8 +18,8 @@
 //!
 //! The rows appended here are speculative: the proposer cuts them after the call.
 
+use aquila_model_loader::backend::KernelBackend;
 use aquila_model_loader::model::{ForwardBatch, SequenceInput};
-use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
 use super::{drafting_rows, pick, select_rows, EagleProposer, EagleTreeConfig, Planned};
@@ -132,7 +132,7 @@ impl GrowingTree {
     }
 }
 
-impl<B: Backend> EagleProposer<B> {
+impl<B: KernelBackend> EagleProposer<B> {
     /// Grows every drafting request's tree (steps 1–3 of the module documentation) from the
     /// head outputs of the committed rows; requests without a budget get an empty draft.
     pub(super) fn grow_trees(
