@@ -181,30 +181,102 @@ impl MismatchReport {
     }
 }
 
+/// Tensors named per kind of difference; the rest are counted (a model of 272 tensors
+/// loaded against the wrong config would otherwise print every one of them).
+const NAMED_PER_KIND: usize = 3;
+
+/// Writes ` N <label>: a, b, c and M more;` for `count > 0` differences, naming the first few
+/// from `named`.
+fn write_kind(
+    f: &mut fmt::Formatter<'_>,
+    (singular, plural): (&str, &str),
+    count: usize,
+    named: impl Iterator<Item = String>,
+) -> fmt::Result {
+    if count == 0 {
+        return Ok(());
+    }
+    let label = if count == 1 { singular } else { plural };
+    let named: Vec<String> = named.take(NAMED_PER_KIND).collect();
+    write!(f, " {count} {label}: {}", named.join(", "))?;
+    if count > named.len() {
+        write!(f, " and {} more", count - named.len())?;
+    }
+    write!(f, ";")
+}
+
 impl fmt::Display for MismatchReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if !self.missing.is_empty() {
-            write!(f, " missing tensors: {};", self.missing.join(", "))?;
-        }
-        if !self.wrong_shapes.is_empty() {
-            let shapes: Vec<String> = self
-                .wrong_shapes
-                .iter()
-                .map(|m| {
-                    format!(
-                        "{} (expected {:?}, found {:?})",
-                        m.name, m.expected, m.found
-                    )
+        write_kind(
+            f,
+            ("missing tensor", "missing tensors"),
+            self.missing.len(),
+            self.missing.iter().cloned(),
+        )?;
+        write_kind(
+            f,
+            (
+                "tensor with the wrong shape",
+                "tensors with the wrong shape",
+            ),
+            self.wrong_shapes.len(),
+            self.wrong_shapes.iter().map(|m| {
+                format!(
+                    "{} (expected {:?}, found {:?})",
+                    m.name, m.expected, m.found
+                )
+            }),
+        )?;
+        write_kind(
+            f,
+            ("unreadable tensor", "unreadable tensors"),
+            self.unreadable.len(),
+            self.unreadable.iter().cloned(),
+        )?;
+        write_kind(
+            f,
+            ("unexpected tensor", "unexpected tensors"),
+            self.unexpected.len(),
+            self.unexpected.iter().cloned(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_names_a_few_tensors_per_kind_and_counts_the_rest() {
+        let names = |prefix: &str, n: usize| -> Vec<String> {
+            (0..n).map(|i| format!("{prefix}.{i}.weight")).collect()
+        };
+        let report = MismatchReport {
+            missing: names("gone", 1),
+            wrong_shapes: names("model.layers", 272)
+                .into_iter()
+                .map(|name| ShapeMismatch {
+                    name,
+                    expected: vec![576, 576],
+                    found: vec![960, 960],
                 })
-                .collect();
-            write!(f, " wrong shapes: {};", shapes.join(", "))?;
-        }
-        if !self.unreadable.is_empty() {
-            write!(f, " unreadable tensors: {};", self.unreadable.join("; "))?;
-        }
-        if !self.unexpected.is_empty() {
-            write!(f, " unexpected tensors: {};", self.unexpected.join(", "))?;
-        }
-        Ok(())
+                .collect(),
+            unreadable: Vec::new(),
+            unexpected: names("extra", 4),
+        };
+        let text = report.to_string();
+        assert!(text.len() < 400, "{} bytes: {text}", text.len());
+        assert!(text.contains(" 1 missing tensor: gone.0.weight;"), "{text}");
+        assert!(
+            text.contains(
+                " 272 tensors with the wrong shape: model.layers.0.weight (expected [576, 576], \
+                 found [960, 960]),"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("model.layers.2.weight") && !text.contains("model.layers.3."));
+        assert!(text.contains(" and 269 more;"), "{text}");
+        assert!(text.contains(" 4 unexpected tensors: ") && text.ends_with(" and 1 more;"));
+        assert!(!text.contains("unreadable"));
     }
 }

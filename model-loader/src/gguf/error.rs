@@ -89,7 +89,10 @@ pub enum GgufError {
         type_id: u32,
     },
     /// A tensor has a GGML type this importer cannot dequantize.
-    #[error("tensor {tensor:?}: GGML type {type_name} is not supported (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1)")]
+    #[error(
+        "tensor {tensor:?}: GGML type {type_name} cannot be dequantized (supported: {})",
+        super::dequant::supported_names()
+    )]
     UnsupportedTensorType {
         /// The tensor name.
         tensor: String,

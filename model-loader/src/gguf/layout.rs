@@ -25,6 +25,19 @@ pub fn plan_tensors(
     header: &GgufHeader,
     hp: &LlamaHyperParams,
 ) -> Result<Vec<TensorPlan>, GgufError> {
+    // Each layer has nine tensors: a layer count the file cannot hold is an error before the
+    // plan of every layer is built.
+    let stored = header.tensors().len();
+    if hp.num_hidden_layers > stored / 9 {
+        return Err(GgufError::InvalidMetadata {
+            key: "llama.block_count".into(),
+            message: format!(
+                "{} layers need at least {} tensors, the file has {stored}",
+                hp.num_hidden_layers,
+                hp.num_hidden_layers.saturating_mul(9)
+            ),
+        });
+    }
     let expected = expected_tensors(hp);
     let mut plans = Vec::with_capacity(expected.len());
     for plan in expected {

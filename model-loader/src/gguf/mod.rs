@@ -1,5 +1,6 @@
-//! GGUF import: a memory-mapped GGUF v2/v3 reader, exact dequantization (F32, F16, BF16, Q8_0,
-//! Q4_0, Q4_1), llama.cpp's query/key row un-permutation, and a writer of float32 Hugging Face
+//! GGUF import: a memory-mapped GGUF v2/v3 reader, exact dequantization (every type gguf-py
+//! dequantizes: floats, Q4_0 to Q8_0, the K-quants, the IQ and TQ types, MXFP4 and NVFP4),
+//! llama.cpp's query/key row un-permutation, and a writer of float32 Hugging Face
 //! model directories (config, safetensors, rebuilt tokenizer).
 //!
 //! [`import`] turns a Llama GGUF file into a directory that [`crate::tokenizer::Tokenizer`]

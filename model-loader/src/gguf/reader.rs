@@ -89,6 +89,18 @@ impl GgufHeader {
         check_limit("tensor count", tensor_count, MAX_TENSORS)?;
         let metadata_count = cursor.u64(&|| "metadata entry count".into())?;
         check_limit("metadata entry count", metadata_count, MAX_METADATA_ENTRIES)?;
+        // Reject counts the file cannot hold before reserving room for them.
+        // (Both counts are within their limits, so the products cannot overflow.)
+        let needed =
+            metadata_count * MIN_METADATA_ENTRY_BYTES + tensor_count * MIN_TENSOR_INFO_BYTES;
+        if needed > cursor.remaining() {
+            return Err(GgufError::Truncated {
+                what: format!("{metadata_count} metadata entries and {tensor_count} tensors"),
+                offset: cursor.position(),
+                needed,
+                available: cursor.remaining(),
+            });
+        }
 
         let mut header = Self {
             version,
@@ -181,6 +193,12 @@ fn check_limit(what: &str, value: u64, limit: u64) -> Result<(), GgufError> {
     }
     Ok(())
 }
+
+/// Smallest encoded metadata entry: an empty key (its `u64` length), a type code, a one-byte
+/// value.
+const MIN_METADATA_ENTRY_BYTES: u64 = 8 + 4 + 1;
+/// Smallest encoded tensor table entry: an empty name, one dimension, type code, offset.
+const MIN_TENSOR_INFO_BYTES: u64 = 8 + 4 + 8 + 4 + 8;
 
 /// Smallest encoded size of one value of a type, used to reject array counts the file
 /// cannot hold before allocating.

@@ -15,6 +15,16 @@ const CHAT_TEMPLATE_JINJA: &str = "chat_template.jinja";
 const CONFIG_JSON: &str = "config.json";
 const GENERATION_CONFIG_JSON: &str = "generation_config.json";
 
+/// Parses the text of a `tokenizer.json`. JSON syntax is checked first, so a syntax error is
+/// reported as such; and a panic inside the `tokenizers` crate becomes an error, because some
+/// malformed decoder sections make it unwrap a failed parse (tokenizers 0.22).
+fn parse_tokenizer_json(text: &str) -> Result<tokenizers::Tokenizer, String> {
+    serde_json::from_str::<serde::de::IgnoredAny>(text).map_err(|e| e.to_string())?;
+    std::panic::catch_unwind(|| text.parse::<tokenizers::Tokenizer>())
+        .map_err(|_| "the tokenizers crate panicked while reading it".to_string())?
+        .map_err(|e| e.to_string())
+}
+
 /// A model's tokenizer: `tokenizer.json` through the `tokenizers` crate, plus the chat template
 /// and special token ids from the directory's config files. It is `Send + Sync`, so one
 /// instance can serve many threads.
@@ -33,19 +43,12 @@ impl Tokenizer {
     /// `generation_config.json`.
     pub fn from_dir(dir: &Path) -> Result<Self, TokenizerError> {
         let path = dir.join(TOKENIZER_JSON);
-        let inner = tokenizers::Tokenizer::from_file(&path).map_err(|e| {
-            if !path.exists() {
-                TokenizerError::io(
-                    &path,
-                    std::io::Error::new(std::io::ErrorKind::NotFound, "file not found"),
-                )
-            } else {
-                TokenizerError::InvalidTokenizer {
-                    path: path.clone(),
-                    message: e.to_string(),
-                }
-            }
-        })?;
+        let text = std::fs::read_to_string(&path).map_err(|e| TokenizerError::io(&path, e))?;
+        let inner =
+            parse_tokenizer_json(&text).map_err(|message| TokenizerError::InvalidTokenizer {
+                path: path.clone(),
+                message,
+            })?;
         let tokenizer_config = JsonFile::read_optional(&dir.join(TOKENIZER_CONFIG_JSON))?;
         let model_config = JsonFile::read_optional(&dir.join(CONFIG_JSON))?;
         let generation_config = JsonFile::read_optional(&dir.join(GENERATION_CONFIG_JSON))?;

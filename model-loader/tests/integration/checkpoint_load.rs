@@ -123,7 +123,7 @@ fn strict_reader_reports_every_difference_at_once() {
     for needle in [
         "missing.one",
         "a.weight (expected [3, 2], found [2, 3])",
-        "unexpected tensors: flags",
+        "1 unexpected tensor: flags",
         "model.safetensors",
     ] {
         assert!(text.contains(needle), "{needle} not in {text}");

@@ -305,19 +305,20 @@ fn import_rejects_inconsistent_models() {
         GgufError::InvalidMetadata { .. }
     ));
 
+    // Q8_1 (type 9) has a block layout but no dequantization, in gguf-py either.
     let mut b = base;
     b.tensor(
         "blk.0.ffn_up.weight",
         &[HIDDEN as u64, FFN as u64],
-        6,
-        vec![0; HIDDEN * FFN / 32 * 22],
+        9,
+        vec![0; HIDDEN * FFN / 32 * 36],
     );
     let err = import_error(&b);
     assert!(
         matches!(
             &err,
             GgufError::UnsupportedTensorType {
-                type_name: "Q5_0",
+                type_name: "Q8_1",
                 ..
             }
         ),

@@ -5,12 +5,15 @@
 
 mod common;
 mod model_support;
+mod prop_support;
 
 mod checkpoint_errors;
 mod checkpoint_load;
 mod config_errors;
 mod config_parse;
+mod gguf_dequant_reference;
 mod gguf_import;
+mod gguf_import_quantized;
 mod gguf_malformed;
 mod model_batching;
 mod model_eagle_fixtures;
@@ -20,4 +23,8 @@ mod model_kv_cache;
 mod model_reference;
 mod oracle_import;
 mod oracle_parity;
+mod props_checkpoint;
+mod props_config;
+mod props_gguf;
+mod props_tokenizer;
 mod tokenizer_tiny;
