@@ -6,6 +6,7 @@
 //! snapshot.
 #![warn(missing_docs)]
 
+pub mod corpus;
 pub mod distill;
 pub mod heads;
 pub mod paths;
