@@ -5,10 +5,10 @@
 //! `cargo xtask import-model`) and the oracle files in `testdata/oracle`. Without the model the
 //! tests fail, unless `AQUILA_SKIP_REAL_MODEL=1`.
 
-use aquila_model_loader::gguf::{smollm2, ImportMarker, IMPORTER_VERSION};
+use aquila_model_loader::gguf::{ImportMarker, IMPORTER_VERSION};
 use aquila_model_loader::tokenizer::{ChatMessage, Tokenizer};
-use rayon::prelude::*;
 use aquila_testdata::{GreedyOracle, OraclePromptKind};
+use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 use std::path::PathBuf;
 

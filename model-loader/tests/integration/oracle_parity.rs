@@ -115,7 +115,9 @@ fn teacher_forced_logits_match_the_oracle() {
         let decode: Vec<SequenceInput> = cases
             .iter()
             .enumerate()
-            .map(|(slot, case)| SequenceInput::new(slot, vec![case.greedy_ids[step]], cache.len(slot)))
+            .map(|(slot, case)| {
+                SequenceInput::new(slot, vec![case.greedy_ids[step]], cache.len(slot))
+            })
             .collect();
         logits = model
             .forward(&ForwardBatch::new(decode), &mut cache, &FeatureTap::None)
