@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use aquila_engine::{ChatMessage, EngineConfig, Llm, Prompt, SamplingParams};
 use aquila_model_loader::model::{FeatureTap, LlamaModel};
 use aquila_spec_decode::train::{
-    read_shards, record_shard, shard_path, tap_name, DistillData, DistillSequence,
+    read_shards, record_shard, shard_path, tap_name, DistillSequence, FeatureShard,
 };
 use burn::backend::Flex;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -29,6 +29,9 @@ pub struct DistillSettings {
     pub shard_size: usize,
     /// The tapped features (`last_hidden`, `aux:...`).
     pub tap: String,
+    /// The target's most likely next tokens kept per position (0: the greedy one only).
+    #[serde(default)]
+    pub top_k: usize,
 }
 
 /// Engine sizes used while generating responses.
@@ -44,7 +47,7 @@ pub struct GenerationSizes {
 const MANIFEST: &str = "distill.json";
 
 /// Builds (or completes) the feature shards in `data_dir` for the target in `model_dir` and
-/// loads them. The target's responses are kept in `responses_dir` (shared by every tap, so an
+/// loads them (at least one sequence). The target's responses are kept in `responses_dir` (shared by every tap, so an
 /// EAGLE-3 data set reuses the responses an EAGLE-1 run generated); shards and responses
 /// already on disk are kept, so an interrupted run resumes.
 pub fn build_distill_data(
@@ -54,7 +57,7 @@ pub fn build_distill_data(
     tap: &FeatureTap,
     settings: &DistillSettings,
     sizes: GenerationSizes,
-) -> Result<DistillData> {
+) -> Result<Vec<FeatureShard>> {
     if settings.shard_size == 0 || settings.num_prompts == 0 {
         bail!("--prompts and the shard size must be positive");
     }
@@ -68,6 +71,7 @@ pub fn build_distill_data(
     check_manifest(data_dir, settings)?;
     let response_settings = DistillSettings {
         tap: String::new(),
+        top_k: 0,
         ..settings.clone()
     };
     check_manifest(responses_dir, &response_settings)?;
@@ -107,7 +111,13 @@ pub fn build_distill_data(
                 }
             };
             bar.set_message(format!("shard {index}: recording features"));
-            let shard = record_shard(&target, tap, &sequences, sizes.record_batch_tokens)?;
+            let shard = record_shard(
+                &target,
+                tap,
+                &sequences,
+                sizes.record_batch_tokens,
+                settings.top_k,
+            )?;
             shard.write(&shard_path(data_dir, index))?;
             bar.inc(chunk.len() as u64);
         }
@@ -122,7 +132,10 @@ pub fn build_distill_data(
             chunks.len()
         );
     }
-    Ok(DistillData::new(shards)?)
+    if shards.iter().all(|s| s.num_sequences() == 0) {
+        bail!("{} holds no recorded sequence", data_dir.display());
+    }
+    Ok(shards)
 }
 
 /// The target's greedy responses to `prompts` (single-turn chats), with their prompts.

@@ -7,6 +7,7 @@
 //! snapshot.
 #![warn(missing_docs)]
 
+pub mod corpus;
 pub mod device;
 pub mod distill;
 pub mod heads;

@@ -17,6 +17,9 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use aquila_engine::Device;
 use aquila_examples::device::{check_device, default_device, parse_device, DeviceError};
+use aquila_examples::corpus::{
+    build_corpus_data, chat_samples, source_named, split_by_document, CorpusSettings,
+};
 use aquila_examples::distill::{build_distill_data, DistillSettings, GenerationSizes};
 use aquila_examples::heads::{shipped_eagle3_head_dir, shipped_head_dir};
 use aquila_examples::paths::{default_model_dir, workspace_root};
@@ -31,6 +34,7 @@ use aquila_spec_decode::train::{DistillData, TrainBackend, TrainConfig, TrainHis
 use burn::backend::{Autodiff, Flex};
 use burn::module::Module;
 use clap::{Parser, ValueEnum};
+use rand::SeedableRng;
 
 /// Storage type of the exported weights.
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -38,6 +42,15 @@ enum ExportDtype {
     F32,
     F16,
     Bf16,
+}
+
+/// What an EAGLE-3 head learns to predict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Labels {
+    /// The target's greedy next token (cross-entropy).
+    Greedy,
+    /// The target's recorded top-k distribution in the draft vocabulary (soft cross-entropy).
+    Distill,
 }
 
 /// Trains an EAGLE head by self-distillation from the target.
@@ -82,6 +95,9 @@ struct Args {
     /// Weight of the token cross-entropy (EAGLE-1).
     #[arg(long)]
     token_weight: Option<f32>,
+    /// EAGLE-3 labels: the greedy token or the top-k distribution (`--record-top-k`).
+    #[arg(long, value_enum, default_value_t = Labels::Greedy)]
+    labels: Labels,
     /// Draft vocabulary size (EAGLE-3).
     #[arg(long, default_value_t = 8192)]
     draft_vocab: usize,
@@ -106,6 +122,27 @@ struct Args {
     /// Requests decoded together while generating responses.
     #[arg(long, default_value_t = 32)]
     max_num_seqs: usize,
+    /// Also train on text from these package sources (comma-separated: `python-docs`,
+    /// `chatterbot`), recorded at prefill speed; none by default.
+    #[arg(long, value_delimiter = ',')]
+    corpus: Vec<String>,
+    /// Most corpus tokens recorded for training.
+    #[arg(long, default_value_t = 1_000_000)]
+    corpus_tokens: usize,
+    /// One corpus document in this many is held out (never trained on).
+    #[arg(long, default_value_t = 10)]
+    corpus_holdout_every: u64,
+    /// The target's most likely next tokens recorded per position (for `--objective
+    /// distill`; 0 records the greedy token only).
+    #[arg(long, default_value_t = 8)]
+    record_top_k: usize,
+    /// Print this many corpus samples (chosen at random) with the sources' sample counts, and
+    /// exit without recording or training.
+    #[arg(long)]
+    corpus_preview: Option<usize>,
+    /// Most response tokens of a corpus sample.
+    #[arg(long, default_value_t = 384)]
+    corpus_max_response: usize,
 }
 
 fn main() -> Result<()> {
@@ -128,18 +165,22 @@ fn main() -> Result<()> {
         HeadMethod::Eagle3 => shipped_eagle3_head_dir(),
     });
     let tap = method.feature_tap(&target_config);
+    if let Some(count) = args.corpus_preview {
+        return preview_corpus(&args, &work_dir.join("corpus-packages"), count);
+    }
     let settings = DistillSettings {
         num_prompts: args.prompts,
         prompt_seed: args.seed,
         max_tokens: args.max_tokens,
         shard_size: 64,
         tap: aquila_spec_decode::train::tap_name(&tap),
+        top_k: args.record_top_k,
     };
     let sizes = GenerationSizes {
         max_num_seqs: args.max_num_seqs,
         record_batch_tokens: 1024,
     };
-    let data = build_distill_data(
+    let distilled = build_distill_data(
         &target_dir,
         &work_dir.join("responses"),
         &work_dir.join(method.name()).join("data"),
@@ -147,6 +188,42 @@ fn main() -> Result<()> {
         &settings,
         sizes,
     )?;
+    let corpus = if args.corpus.is_empty() {
+        Vec::new()
+    } else {
+        let corpus_settings = CorpusSettings {
+            sources: args.corpus.clone(),
+            max_tokens: args.corpus_tokens,
+            holdout_every: args.corpus_holdout_every,
+            max_response_tokens: args.corpus_max_response,
+            shard_tokens: 16_384,
+            seed: args.seed,
+            tap: aquila_spec_decode::train::tap_name(&tap),
+            top_k: args.record_top_k,
+        };
+        let (shards, stats) = build_corpus_data(
+            &target_dir,
+            &work_dir.join("corpus-packages"),
+            &work_dir.join(method.name()).join("corpus"),
+            &tap,
+            &corpus_settings,
+            sizes.record_batch_tokens,
+        )?;
+        for (source, s) in &stats {
+            println!(
+                "corpus {source}: {} documents, {} samples ({} held out), recorded {} samples, \
+                 {} tokens ({} response)",
+                s.documents,
+                s.samples,
+                s.held_out_samples,
+                s.recorded_samples,
+                s.recorded_tokens,
+                s.response_tokens
+            );
+        }
+        shards
+    };
+    let data = DistillData::with_training_only(distilled, corpus)?;
     println!(
         "data: {} sequences, {} tokens ({} features)",
         data.sequences().len(),
@@ -180,6 +257,30 @@ fn main() -> Result<()> {
     write_training_record(&out, &record)?;
     println!("{}", record.summary());
     println!("head written to {}", out.display());
+    Ok(())
+}
+
+/// Prints `count` random training samples of the corpus sources and how many each gives.
+fn preview_corpus(args: &Args, download_dir: &Path, count: usize) -> Result<()> {
+    use rand::seq::IndexedRandom;
+    let mut documents = Vec::new();
+    for name in &args.corpus {
+        documents.extend(source_named(name)?.documents(download_dir)?);
+    }
+    let (train, held_out) = split_by_document(chat_samples(&documents), args.corpus_holdout_every);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(args.seed);
+    for sample in train.choose_multiple(&mut rng, count) {
+        println!("=== {} / {}", sample.source, sample.document);
+        for message in &sample.messages {
+            println!("[{}] {}", message.role, message.content);
+        }
+    }
+    println!(
+        "{} documents, {} training samples, {} held out",
+        documents.len(),
+        train.len(),
+        held_out.len()
+    );
     Ok(())
 }
 
@@ -262,6 +363,9 @@ fn training_config(args: &Args) -> TrainConfig {
     if let Some(v) = args.eval_every {
         config.eval_every = v;
         config.checkpoint_every = v;
+    }
+    if args.method == HeadMethod::Eagle3 && args.labels == Labels::Distill {
+        config.objective = aquila_spec_decode::train::Objective::Eagle3Distill;
     }
     if let (Some(w), aquila_spec_decode::train::Objective::Eagle1 { token_weight, .. }) =
         (args.token_weight, &mut config.objective)

@@ -21,12 +21,21 @@ pub struct BatchData {
     pub argmax: Vec<u32>,
     /// Feature width.
     pub width: usize,
+    /// Most likely next tokens kept per position (0 when the shards have none).
+    pub top_k: usize,
+    /// `[tokens, top_k]` the target's most likely next tokens.
+    pub top_ids: Vec<u32>,
+    /// `[tokens, top_k]` their probabilities.
+    pub top_probs: Vec<f32>,
 }
 
 /// Recorded self-distillation data.
 #[derive(Debug, Clone)]
 pub struct DistillData {
     shards: Vec<FeatureShard>,
+    /// Shards from this index on are training-only: [`DistillData::split`] holds out none of
+    /// their sequences (their source's held-out documents were never recorded).
+    training_only_from: usize,
 }
 
 impl DistillData {
@@ -42,7 +51,25 @@ impl DistillData {
         {
             return Err(TrainError::Data("shards of different taps".into()));
         }
-        Ok(Self { shards })
+        let training_only_from = shards.len();
+        Ok(Self {
+            shards,
+            training_only_from,
+        })
+    }
+
+    /// The data of `shards` (split for validation as usual) followed by `training_only`
+    /// shards, whose sequences all go to training.
+    pub fn with_training_only(
+        shards: Vec<FeatureShard>,
+        training_only: Vec<FeatureShard>,
+    ) -> Result<Self, TrainError> {
+        let training_only_from = shards.len();
+        let mut all = shards;
+        all.extend(training_only);
+        let mut data = Self::new(all)?;
+        data.training_only_from = training_only_from;
+        Ok(data)
     }
 
     /// The tap the features come from (`last_hidden`, `aux:...`).
@@ -75,20 +102,23 @@ impl DistillData {
     }
 
     /// Splits the sequences into training and validation: every `val_every`-th sequence
-    /// (starting with the first) is held out; `val_every = 0` holds out none.
+    /// (starting with the first) of the splittable shards is held out; `val_every = 0` holds
+    /// out none. Training-only shards all go to training, after the others.
     pub fn split(&self, val_every: usize) -> (Vec<SequenceRef>, Vec<SequenceRef>) {
-        let all = self.sequences();
+        let (splittable, training_only): (Vec<_>, Vec<_>) = self
+            .sequences()
+            .into_iter()
+            .partition(|r| r.0 < self.training_only_from);
         if val_every == 0 {
-            return (all, Vec::new());
+            return ([splittable, training_only].concat(), Vec::new());
         }
-        let (val, train): (Vec<_>, Vec<_>) = all
+        let (val, train): (Vec<_>, Vec<_>) = splittable
             .into_iter()
             .enumerate()
             .partition(|(i, _)| i % val_every == 0);
-        (
-            train.into_iter().map(|(_, r)| r).collect(),
-            val.into_iter().map(|(_, r)| r).collect(),
-        )
+        let mut train: Vec<SequenceRef> = train.into_iter().map(|(_, r)| r).collect();
+        train.extend(training_only);
+        (train, val.into_iter().map(|(_, r)| r).collect())
     }
 
     /// Batches of at most `max_tokens` tokens (a longer sequence forms a batch alone), the
@@ -121,14 +151,23 @@ impl DistillData {
         batches
     }
 
-    /// Gathers the tokens, features and argmax of `batch`.
+    /// Top-k distributions kept per position by every shard (0 if a shard has none).
+    pub fn top_k(&self) -> usize {
+        self.shards.iter().map(|s| s.top_k).min().unwrap_or(0)
+    }
+
+    /// Gathers the tokens, features, argmax and top-k distributions of `batch`.
     pub fn gather(&self, batch: &[SequenceRef]) -> BatchData {
         let width = self.feature_width();
+        let top_k = self.top_k();
         let mut data = BatchData {
             sequences: Vec::with_capacity(batch.len()),
             features: Vec::new(),
             argmax: Vec::new(),
             width,
+            top_k,
+            top_ids: Vec::new(),
+            top_probs: Vec::new(),
         };
         for &(shard, index) in batch {
             let shard = &self.shards[shard];
@@ -142,7 +181,13 @@ impl DistillData {
                     .iter()
                     .map(|v| v.to_f32()),
             );
-            data.argmax.extend_from_slice(&shard.argmax[span]);
+            data.argmax.extend_from_slice(&shard.argmax[span.clone()]);
+            for position in span {
+                let row = position * shard.top_k..position * shard.top_k + top_k;
+                data.top_ids.extend_from_slice(&shard.top_ids[row.clone()]);
+                data.top_probs
+                    .extend(shard.top_probs[row].iter().map(|p| p.to_f32()));
+            }
         }
         data
     }
@@ -206,5 +251,16 @@ mod tests {
         assert_eq!(gathered.argmax, vec![1, 2, 1, 2, 3]);
         let counts = data.response_token_counts(&[(0, 0)], 8);
         assert_eq!(counts[1..4], [1, 1, 1]);
+    }
+
+    #[test]
+    fn training_only_shards_are_never_held_out() {
+        let first = data().shards.remove(0);
+        let extra = first.clone();
+        let data = DistillData::with_training_only(vec![first], vec![extra]).unwrap();
+        let (train, val) = data.split(2);
+        assert_eq!(val, vec![(0, 0), (0, 2)]);
+        assert_eq!(train, vec![(0, 1), (0, 3), (1, 0), (1, 1), (1, 2), (1, 3)]);
+        assert_eq!(data.split(0).0.len(), 8);
     }
 }

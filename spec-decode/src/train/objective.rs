@@ -4,6 +4,8 @@
 //!   target distribution `p_target = softmax(lm_head(f))` of the true next feature.
 //! * EAGLE-3: cross-entropy against the target's greedy token in the draft vocabulary (rows
 //!   whose token is outside it carry no loss).
+//! * EAGLE-3 distillation: cross-entropy against the target's recorded top-k distribution,
+//!   restricted to the draft vocabulary and renormalized there.
 
 use burn::nn::loss::{CrossEntropyLossConfig, HuberLossConfig, Reduction};
 use burn::tensor::activation::{log_softmax, softmax};
@@ -22,6 +24,9 @@ pub enum Objective {
     },
     /// Cross-entropy over the draft vocabulary against the target's greedy token.
     Eagle3,
+    /// Cross-entropy over the draft vocabulary against the target's recorded top-k
+    /// distribution (needs shards recorded with top-k).
+    Eagle3Distill,
 }
 
 impl Objective {
@@ -63,6 +68,21 @@ pub fn hard_cross_entropy<B: Backend>(
         .forward(logits, labels)
 }
 
+/// Mean over rows of `-sum_j probs[r, j] * log_softmax(logits)[r, ids[r, j]]`: the soft
+/// cross-entropy of a sparse target distribution (`[rows, K]` class ids and probabilities;
+/// padding entries have probability 0).
+pub fn sparse_soft_cross_entropy<B: Backend>(
+    logits: Tensor<B, 2>,
+    ids: Tensor<B, 2, Int>,
+    probs: Tensor<B, 2>,
+) -> Tensor<B, 1> {
+    let [rows, _] = logits.dims();
+    (log_softmax(logits, 1).gather(1, ids) * probs)
+        .sum()
+        .neg()
+        .div_scalar(rows.max(1) as f32)
+}
+
 /// `softmax(logits)` without gradient (a target distribution).
 pub fn target_distribution<B: Backend>(logits: Tensor<B, 2>) -> Tensor<B, 2> {
     softmax(logits.detach(), 1)
@@ -91,6 +111,20 @@ mod tests {
         let soft: f32 = soft_cross_entropy(logits.clone(), one_hot).into_scalar();
         let hard: f32 = hard_cross_entropy(logits, labels).into_scalar();
         assert!((soft - hard).abs() < 1e-5, "{soft} vs {hard}");
+    }
+
+    #[test]
+    fn sparse_soft_cross_entropy_matches_the_dense_one() {
+        let logits = tensor(vec![1.0, 2.0, 0.5, -1.0, 0.0, 3.0], [2, 3]);
+        let dense = tensor(vec![0.0, 0.75, 0.25, 0.5, 0.0, 0.5], [2, 3]);
+        let ids = Tensor::<B, 2, Int>::from_data(
+            TensorData::new(vec![1i64, 2, 0, 2], [2, 2]),
+            &Default::default(),
+        );
+        let probs = tensor(vec![0.75, 0.25, 0.5, 0.5], [2, 2]);
+        let sparse: f32 = sparse_soft_cross_entropy(logits.clone(), ids, probs).into_scalar();
+        let reference: f32 = soft_cross_entropy(logits, dense).into_scalar();
+        assert!((sparse - reference).abs() < 1e-5, "{sparse} vs {reference}");
     }
 
     #[test]

@@ -4,7 +4,9 @@
 //! Layout of a shard file: `tokens` (`U32 [N]`, all sequences one after another), `offsets`
 //! (`I64 [S + 1]`, where each sequence starts), `prompt_lens` (`I64 [S]`), `features`
 //! (`F16 [N, W]`, the tapped target features of each position) and `argmax` (`U32 [N]`, the
-//! target's greedy next token at each position). The metadata names the format and the tap.
+//! target's greedy next token at each position), and optionally `top_ids` (`U32 [N, K]`) and
+//! `top_probs` (`F16 [N, K]`), the target's `K` most likely next tokens and their
+//! probabilities. The metadata names the format and the tap.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -44,6 +46,12 @@ pub struct FeatureShard {
     pub features: Vec<f16>,
     /// The target's argmax next token after every position.
     pub argmax: Vec<u32>,
+    /// How many of the target's most likely next tokens are kept per position (0: none).
+    pub top_k: usize,
+    /// `[N, top_k]` ids of the most likely next tokens, most likely first.
+    pub top_ids: Vec<u32>,
+    /// `[N, top_k]` their probabilities.
+    pub top_probs: Vec<f16>,
 }
 
 impl FeatureShard {
@@ -57,6 +65,17 @@ impl FeatureShard {
             prompt_lens: Vec::new(),
             features: Vec::new(),
             argmax: Vec::new(),
+            top_k: 0,
+            top_ids: Vec::new(),
+            top_probs: Vec::new(),
+        }
+    }
+
+    /// An empty shard that also keeps the target's `top_k` most likely next tokens.
+    pub fn with_top_k(feature_width: usize, tap: impl Into<String>, top_k: usize) -> Self {
+        Self {
+            top_k,
+            ..Self::new(feature_width, tap)
         }
     }
 
@@ -76,14 +95,36 @@ impl FeatureShard {
     }
 
     /// Appends one sequence with its feature rows (`tokens.len() * feature_width` values) and
-    /// argmax tokens. Fails on mismatched lengths or non-finite features (an f16 overflow).
+    /// argmax tokens, to a shard without top-k distributions. Fails on mismatched lengths or
+    /// non-finite features (an f16 overflow).
     pub fn push(
         &mut self,
         sequence: &DistillSequence,
         features: &[f32],
         argmax: &[u32],
     ) -> Result<(), TrainError> {
+        self.push_with_top(sequence, features, argmax, &[], &[])
+    }
+
+    /// [`FeatureShard::push`] with the target's `top_k` most likely next tokens and their
+    /// probabilities at every position (`tokens.len() * top_k` each).
+    pub fn push_with_top(
+        &mut self,
+        sequence: &DistillSequence,
+        features: &[f32],
+        argmax: &[u32],
+        top_ids: &[u32],
+        top_probs: &[f32],
+    ) -> Result<(), TrainError> {
         let n = sequence.tokens.len();
+        if top_ids.len() != n * self.top_k || top_probs.len() != n * self.top_k {
+            return Err(TrainError::Data(format!(
+                "{} top-k ids and {} probabilities for {n} tokens of top-k {}",
+                top_ids.len(),
+                top_probs.len(),
+                self.top_k
+            )));
+        }
         if n == 0 || sequence.prompt_len == 0 || sequence.prompt_len > n {
             return Err(TrainError::Data(format!(
                 "a sequence of {n} tokens with a prompt of {}",
@@ -109,6 +150,9 @@ impl FeatureShard {
         self.prompt_lens.push(sequence.prompt_len);
         self.features.extend(converted);
         self.argmax.extend_from_slice(argmax);
+        self.top_ids.extend_from_slice(top_ids);
+        self.top_probs
+            .extend(top_probs.iter().map(|&p| f16::from_f32(p)));
         Ok(())
     }
 
@@ -130,6 +174,8 @@ impl FeatureShard {
         let offsets = as_i64(&self.offsets);
         let prompt_lens = as_i64(&self.prompt_lens);
         let features: &[u8] = bytemuck::cast_slice(&self.features);
+        let top_ids: Vec<u8> = self.top_ids.iter().flat_map(|t| t.to_le_bytes()).collect();
+        let top_probs: &[u8] = bytemuck::cast_slice(&self.top_probs);
         let (n, s) = (self.tokens.len(), self.prompt_lens.len());
         fn view(
             dtype: Dtype,
@@ -138,7 +184,7 @@ impl FeatureShard {
         ) -> Result<TensorView<'_>, TrainError> {
             TensorView::new(dtype, shape, data).map_err(|e| TrainError::Data(e.to_string()))
         }
-        let tensors = vec![
+        let mut tensors = vec![
             ("tokens", view(Dtype::U32, vec![n], &tokens)?),
             ("offsets", view(Dtype::I64, vec![s + 1], &offsets)?),
             ("prompt_lens", view(Dtype::I64, vec![s], &prompt_lens)?),
@@ -148,6 +194,11 @@ impl FeatureShard {
             ),
             ("argmax", view(Dtype::U32, vec![n], &argmax)?),
         ];
+        if self.top_k > 0 {
+            let shape = vec![n, self.top_k];
+            tensors.push(("top_ids", view(Dtype::U32, shape.clone(), &top_ids)?));
+            tensors.push(("top_probs", view(Dtype::F16, shape, top_probs)?));
+        }
         let metadata = HashMap::from([
             ("format".to_string(), SHARD_FORMAT.to_string()),
             ("tap".to_string(), self.tap.clone()),
@@ -208,6 +259,17 @@ impl FeatureShard {
         let (_, prompt_lens) = get("prompt_lens", Dtype::I64)?;
         let (feature_shape, features) = get("features", Dtype::F16)?;
         let (_, argmax) = get("argmax", Dtype::U32)?;
+        let (top_k, top_ids, top_probs) = if tensors.names().contains(&"top_ids") {
+            let (shape, ids) = get("top_ids", Dtype::U32)?;
+            let (_, probs) = get("top_probs", Dtype::F16)?;
+            let probs: Vec<f16> = probs
+                .chunks_exact(2)
+                .map(|c| f16::from_le_bytes([c[0], c[1]]))
+                .collect();
+            (shape.get(1).copied().unwrap_or(0), u32s(ids), probs)
+        } else {
+            (0, Vec::new(), Vec::new())
+        };
         let shard = Self {
             feature_width: feature_shape.get(1).copied().unwrap_or(0),
             tap,
@@ -219,6 +281,9 @@ impl FeatureShard {
                 .map(|c| f16::from_le_bytes([c[0], c[1]]))
                 .collect(),
             argmax: u32s(argmax),
+            top_k,
+            top_ids,
+            top_probs,
         };
         shard.check().map_err(bad)?;
         Ok(shard)
@@ -239,6 +304,9 @@ impl FeatureShard {
         }
         if self.features.len() != n * self.feature_width || self.argmax.len() != n {
             return Err("features or argmax do not have one row per token".to_string());
+        }
+        if self.top_ids.len() != n * self.top_k || self.top_probs.len() != n * self.top_k {
+            return Err("the top-k distributions do not have one row per token".to_string());
         }
         Ok(())
     }
@@ -340,5 +408,30 @@ mod tests {
         std::fs::write(&path, b"not a shard").unwrap();
         let err = FeatureShard::read(&path).unwrap_err().to_string();
         assert!(err.contains("shard-00000"), "{err}");
+    }
+
+    #[test]
+    fn keeps_top_k_distributions() {
+        let mut shard = FeatureShard::with_top_k(1, "last_hidden", 2);
+        let seq = DistillSequence {
+            tokens: vec![1, 2],
+            prompt_len: 1,
+        };
+        assert!(shard.push(&seq, &[0.0, 1.0], &[3, 4]).is_err());
+        shard
+            .push_with_top(
+                &seq,
+                &[0.0, 1.0],
+                &[3, 4],
+                &[3, 5, 4, 6],
+                &[0.75, 0.25, 0.5, 0.5],
+            )
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        shard.write(&shard_path(dir.path(), 0)).unwrap();
+        let read = FeatureShard::read(&shard_path(dir.path(), 0)).unwrap();
+        assert_eq!(read, shard);
+        assert_eq!(read.top_k, 2);
+        assert_eq!(read.top_probs[1].to_f32(), 0.25);
     }
 }

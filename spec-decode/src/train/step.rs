@@ -11,7 +11,8 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
 use super::objective::{
-    hard_cross_entropy, smooth_l1, soft_cross_entropy, target_distribution, Objective,
+    hard_cross_entropy, smooth_l1, soft_cross_entropy, sparse_soft_cross_entropy,
+    target_distribution, Objective,
 };
 use super::unroll::{plan_batch, PlannedSequence};
 use super::{BatchData, TrainError};
@@ -162,6 +163,19 @@ pub fn run_batch<B: KernelBackend>(
                     Tensor::<B, 1, Int>::from_data(TensorData::new(classes, [keep.len()]), &device);
                 hard_cross_entropy(logits.select(0, int_tensor(&keep, &device)), classes)
             }
+            Objective::Eagle3Distill => {
+                let Some((keep, ids, probs)) =
+                    draft_distributions(data, &step.targets, options.target_to_draft)?
+                else {
+                    continue;
+                };
+                let k = data.top_k;
+                let ids =
+                    Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [keep.len(), k]), &device);
+                let probs =
+                    Tensor::<B, 2>::from_data(TensorData::new(probs, [keep.len(), k]), &device);
+                sparse_soft_cross_entropy(logits.select(0, int_tensor(&keep, &device)), ids, probs)
+            }
         };
         loss = loss + step_loss.mul_scalar(weight);
     }
@@ -172,6 +186,47 @@ pub fn run_batch<B: KernelBackend>(
         .map(|c| c.iter().take_while(|&&ok| ok).count())
         .collect();
     Ok((loss, stats))
+}
+
+/// Rows kept, their `[rows, top_k]` draft ids and probabilities: the recorded top-k
+/// distribution after each of `targets`, restricted to the draft vocabulary and renormalized
+/// (rows with no mass in it are dropped; padding has id 0 and probability 0). `None` when no
+/// row is kept; an error when the data has no top-k distributions.
+#[allow(clippy::type_complexity)]
+fn draft_distributions(
+    data: &BatchData,
+    targets: &[usize],
+    target_to_draft: &[Option<u32>],
+) -> Result<Option<(Vec<usize>, Vec<i64>, Vec<f32>)>, TrainError> {
+    let k = data.top_k;
+    if k == 0 {
+        return Err(TrainError::Config(
+            "the distillation objective needs shards recorded with top-k distributions".into(),
+        ));
+    }
+    let (mut keep, mut ids, mut probs) = (Vec::new(), Vec::new(), Vec::new());
+    for (row, &t) in targets.iter().enumerate() {
+        let entries: Vec<(i64, f32)> = (t * k..(t + 1) * k)
+            .filter_map(|j| {
+                let draft = target_to_draft
+                    .get(data.top_ids[j] as usize)
+                    .copied()
+                    .flatten();
+                draft.map(|d| (i64::from(d), data.top_probs[j]))
+            })
+            .collect();
+        let mass: f32 = entries.iter().map(|e| e.1).sum();
+        if mass <= 0.0 {
+            continue;
+        }
+        keep.push(row);
+        for j in 0..k {
+            let (id, p) = entries.get(j).copied().unwrap_or((0, 0.0));
+            ids.push(id);
+            probs.push(p / mass);
+        }
+    }
+    Ok((!keep.is_empty()).then_some((keep, ids, probs)))
 }
 
 /// Whether each row's draft argmax, mapped to a target id, equals its label.
@@ -207,4 +262,40 @@ fn gather_rows(values: &[f32], width: usize, indices: &[usize]) -> Vec<f32> {
 fn int_tensor<B: Backend>(indices: &[usize], device: &B::Device) -> Tensor<B, 1, Int> {
     let values: Vec<i64> = indices.iter().map(|&i| i as i64).collect();
     Tensor::from_data(TensorData::new(values, [indices.len()]), device)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(top_ids: Vec<u32>, top_probs: Vec<f32>) -> BatchData {
+        BatchData {
+            sequences: Vec::new(),
+            features: Vec::new(),
+            argmax: Vec::new(),
+            width: 0,
+            top_k: 2,
+            top_ids,
+            top_probs,
+        }
+    }
+
+    #[test]
+    fn maps_top_k_into_the_draft_vocabulary_and_renormalizes() {
+        // Target tokens 5 and 7 are draft ids 0 and 1; token 9 is outside the draft vocabulary.
+        let mut table = vec![None; 10];
+        table[5] = Some(0);
+        table[7] = Some(1);
+        let data = batch(vec![5, 9, 9, 9, 7, 5], vec![0.6, 0.2, 0.5, 0.5, 0.3, 0.1]);
+        let (keep, ids, probs) = draft_distributions(&data, &[0, 1, 2], &table)
+            .unwrap()
+            .unwrap();
+        // Position 1 has no mass in the draft vocabulary: its row is dropped.
+        assert_eq!(keep, vec![0, 2]);
+        assert_eq!(ids, vec![0, 0, 1, 0]);
+        assert_eq!(probs[..2], [1.0, 0.0]);
+        assert!((probs[2] - 0.75).abs() < 1e-6 && (probs[3] - 0.25).abs() < 1e-6);
+        let none = batch(Vec::new(), Vec::new());
+        assert!(draft_distributions(&BatchData { top_k: 0, ..none }, &[0], &table).is_err());
+    }
 }

@@ -64,6 +64,7 @@ fn sequences(setup: &Setup, count: usize) -> Vec<DistillSequence> {
                         prompt_len: 4,
                     }],
                     64,
+                    0,
                 )
                 .unwrap();
                 tokens.push(*shard.argmax.last().unwrap());
@@ -77,7 +78,7 @@ fn sequences(setup: &Setup, count: usize) -> Vec<DistillSequence> {
 }
 
 fn data(setup: &Setup, tap: &FeatureTap) -> DistillData {
-    let shard = record_shard(&setup.inner, tap, &sequences(setup, 12), 64).unwrap();
+    let shard = record_shard(&setup.inner, tap, &sequences(setup, 12), 64, 0).unwrap();
     DistillData::new(vec![shard]).unwrap()
 }
 
