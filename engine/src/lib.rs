@@ -18,6 +18,8 @@
 //!   dtype to burn backend; `speculation.rs`: the drafter of speculative decoding (EAGLE-1/3
 //!   head or n-gram lookup from [`SpeculativeConfig`]), called after every target forward, its
 //!   drafts verified in the next step and counted in `SpecDecodeEvent`s.
+//! * With the `server` feature: `AsyncLlm` (`async_llm/`), the engine stepping on its own
+//!   thread behind channels, and `server/`, an OpenAI-compatible HTTP server over it.
 //!
 //! ```no_run
 //! use aquila_engine::{EngineConfig, Llm, SamplingParams};
@@ -32,6 +34,8 @@
 //! ```
 #![warn(missing_docs)]
 
+#[cfg(feature = "server")]
+mod async_llm;
 mod backend;
 mod config;
 mod engine;
@@ -45,12 +49,18 @@ mod request;
 mod request_state;
 mod sampling_params;
 mod scheduler;
+#[cfg(feature = "server")]
+pub mod server;
 mod speculation;
 mod stop;
 mod timing;
 mod verifier;
 
 pub use aquila_model_loader::tokenizer::ChatMessage;
+#[cfg(feature = "server")]
+pub use async_llm::{
+    AsyncLlm, AsyncLlmConfig, AsyncLlmError, RequestEvent, RequestStream, ShutdownMode,
+};
 pub use config::{
     DType, Device, DraftTreeConfig, EngineConfig, KvCacheBudget, MetricsConfig, SpeculativeConfig,
     SpeculativeMethod,

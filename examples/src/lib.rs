@@ -1,8 +1,8 @@
 //! # aquila-examples
 //!
-//! Runnable programs that show Aquila end to end (`eagle`, `generate`, `import-model`, `bench`,
-//! `bench-spec`, `train-eagle`, `gpu-check`), and the small pieces they share: `--device` and
-//! `--dtype` ([`device`]), reading prompt files, the built-in prompt set, locating the
+//! Runnable programs that show Aquila end to end (`eagle`, `serve`, `generate`, `import-model`,
+//! `bench`, `bench-spec`, `train-eagle`, `gpu-check`), and the small pieces they share: `--device`
+//! and `--dtype` ([`device`]), reading prompt files, the built-in prompt set, locating the
 //! workspace's model directory, and the speculative-decoding report computed from a metrics
 //! snapshot.
 #![warn(missing_docs)]
@@ -14,15 +14,21 @@ pub mod heads;
 pub mod paths;
 pub mod prompts;
 pub mod report;
+pub mod speculative_options;
 pub mod train_prompts;
 pub mod training;
 
 /// Initializes `tracing` output on stderr, `warn` unless `RUST_LOG` says otherwise.
 pub fn init_tracing() {
+    init_tracing_at("warn");
+}
+
+/// Initializes `tracing` output on stderr at `level` unless `RUST_LOG` says otherwise.
+pub fn init_tracing_at(level: &str) {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
         )
         .with_writer(std::io::stderr)
         .init();

@@ -23,6 +23,12 @@ pub fn eagle(args: &[String]) -> Result<()> {
     run_example("eagle", Profile::Dev, args)
 }
 
+/// `cargo xtask serve`.
+pub fn serve(args: &[String]) -> Result<()> {
+    ensure_default_model()?;
+    run_example("serve", Profile::Dev, args)
+}
+
 /// `cargo xtask test`: exactly what CI runs.
 pub fn test(skip_cuda_check: bool) -> Result<()> {
     cargo(&["fmt", "--all", "--", "--check"])?;

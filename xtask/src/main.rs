@@ -26,6 +26,13 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// The OpenAI-compatible server (completions, chat, /metrics) with the EAGLE example's
+    /// speculative options (see `cargo xtask serve -- --help`).
+    Serve {
+        /// Arguments passed to `examples/serve` (`--model DIR --port N --method eagle3 ...`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// What CI runs: fmt check, clippy -D warnings, model import, all tests, CUDA feature check.
     Test {
         /// Skip `cargo check --features cuda` (it compiles the CUDA backend's dependencies).
@@ -75,6 +82,7 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Eagle { args } => commands::eagle(&args),
+        Command::Serve { args } => commands::serve(&args),
         Command::Test { skip_cuda_check } => commands::test(skip_cuda_check),
         Command::ImportModel { args } => commands::import_model(&args),
         Command::Generate { args } => commands::generate(&args),

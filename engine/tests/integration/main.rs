@@ -1,4 +1,4 @@
-//! aquila-engine's integration tests, one binary: the offline API on the tiny fixture, the oracle parity on SmolLM2, and speculative decoding through the engine.
+//! aquila-engine's integration tests, one binary: the offline API on the tiny fixture, the oracle parity on SmolLM2, speculative decoding through the engine, and the OpenAI-compatible server (feature `server`, which the crate's dev-dependency on itself turns on).
 //!
 //! All test files of the crate compile into this one binary, so the suite links once instead
 //! of once per file.
@@ -10,6 +10,13 @@ mod metrics;
 mod oracle;
 mod requests;
 mod sampling;
+mod server_api;
+mod server_async_llm;
+mod server_dashboard;
+mod server_errors;
+mod server_load;
+mod server_openai;
+mod server_prometheus;
 mod spec_batch_limit;
 mod spec_config;
 mod spec_generic_path;

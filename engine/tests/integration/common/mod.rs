@@ -84,3 +84,6 @@ pub fn token_ids(outputs: &[RequestOutput]) -> Vec<Vec<u32>> {
 pub mod spec;
 
 pub use aquila_testdata::real_model_dir;
+
+pub mod http;
+pub mod server;

@@ -1,0 +1,114 @@
+//! The speculative-decoding command-line options of the `serve` example (the `eagle` example's
+//! options, plus `--method none`), and the one function that turns them into the engine's
+//! [`SpeculativeConfig`].
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Result};
+use aquila_engine::{DraftTreeConfig, SpeculativeConfig, SpeculativeMethod};
+use clap::{Args, ValueEnum};
+
+use crate::heads;
+
+/// How requests are drafted.
+#[derive(Args, Clone, Debug)]
+pub struct SpeculativeOptions {
+    /// Drafting method; default: `eagle3` when an EAGLE-3 head is shipped, else `eagle`.
+    #[arg(long, value_enum)]
+    pub method: Option<DraftMethod>,
+    /// Draft head directory (EAGLE-1 or EAGLE-3 checkpoint); defaults to the shipped head.
+    #[arg(long)]
+    pub draft: Option<PathBuf>,
+    /// Draft tokens per step (chains), or the depth of EAGLE-2 draft trees.
+    #[arg(long, default_value_t = 3)]
+    pub num_spec_tokens: usize,
+    /// EAGLE-2 dynamic draft trees of this many draft tokens instead of chains; 0 drafts
+    /// chains.
+    #[arg(long, default_value_t = 0)]
+    pub tree_nodes: usize,
+    /// Children per expanded node (and nodes expanded per depth) of EAGLE-2 draft trees.
+    #[arg(long, default_value_t = DraftTreeConfig::default().top_k)]
+    pub tree_top_k: usize,
+    /// Speculate only while at most this many requests run (larger batches decode plainly).
+    #[arg(long)]
+    pub disable_by_batch_size: Option<usize>,
+}
+
+/// The drafting methods.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DraftMethod {
+    /// EAGLE-1 head on the target's last hidden state.
+    Eagle,
+    /// EAGLE-3 head on three auxiliary layers.
+    Eagle3,
+    /// Prompt-lookup n-grams (no draft model).
+    Ngram,
+    /// No speculative decoding.
+    None,
+}
+
+impl SpeculativeOptions {
+    /// The engine's speculative settings (`None` for `--method none`), with a line on stdout
+    /// saying which drafter is used. The one place that knows the shape of
+    /// [`SpeculativeConfig`].
+    pub fn speculative_config(&self) -> Result<Option<SpeculativeConfig>> {
+        let chosen = self.resolve_method();
+        let method = match chosen {
+            DraftMethod::None => {
+                println!("speculative decoding: off");
+                return Ok(None);
+            }
+            DraftMethod::Eagle => SpeculativeMethod::Eagle,
+            DraftMethod::Eagle3 => SpeculativeMethod::Eagle3,
+            DraftMethod::Ngram => SpeculativeMethod::Ngram,
+        };
+        let mut config = SpeculativeConfig::new(method, self.num_spec_tokens);
+        config.draft_model = self.resolve_draft(chosen)?;
+        config.disable_by_batch_size = self.disable_by_batch_size;
+        if self.tree_nodes > 0 {
+            config.tree = Some(DraftTreeConfig {
+                top_k: self.tree_top_k,
+                num_nodes: self.tree_nodes,
+            });
+        }
+        Ok(Some(config))
+    }
+
+    /// The method asked for, or the default: the shipped EAGLE-3 head when there is one.
+    fn resolve_method(&self) -> DraftMethod {
+        self.method.unwrap_or_else(|| {
+            if has_config(&heads::shipped_eagle3_head_dir()) {
+                DraftMethod::Eagle3
+            } else {
+                DraftMethod::Eagle
+            }
+        })
+    }
+
+    /// The draft head of an EAGLE method: `--draft`, else the method's shipped head; `None`
+    /// for n-grams.
+    fn resolve_draft(&self, method: DraftMethod) -> Result<Option<PathBuf>> {
+        if matches!(method, DraftMethod::Ngram | DraftMethod::None) {
+            println!("draft: n-gram prompt lookup (no draft model)");
+            return Ok(None);
+        }
+        if let Some(dir) = &self.draft {
+            println!("draft: {}", dir.display());
+            return Ok(Some(dir.clone()));
+        }
+        let shipped = if method == DraftMethod::Eagle3 {
+            heads::shipped_eagle3_head_dir()
+        } else {
+            heads::shipped_head_dir()
+        };
+        if !has_config(&shipped) {
+            bail!("--method {method:?} needs --draft DIR (no such head is shipped)");
+        }
+        println!("draft: the shipped head {}", shipped.display());
+        Ok(Some(shipped))
+    }
+}
+
+fn has_config(dir: &Path) -> bool {
+    dir.join("config.json").exists()
+}
