@@ -68,7 +68,10 @@ fn greedy_outputs_equal_the_transformers_oracle() {
     };
 
     for expected in &oracle.prompts {
-        let output = llm.generate(engine_prompt(expected), &params).unwrap().remove(0);
+        let output = llm
+            .generate(engine_prompt(expected), &params)
+            .unwrap()
+            .remove(0);
         assert_matches_oracle(&output, expected, "alone");
     }
 
