@@ -74,15 +74,15 @@ impl<B: KernelBackend> Engine<B> {
         // Inference: parameters without gradients, so that an autodiff backend (the generic
         // CPU path) records no graph.
         let model = LlamaModel::<B>::load(&config.model, device)
-            .map_err(|source| EngineError::Load {
+            .map_err(|error| EngineError::Load {
                 dir: config.model.clone(),
-                source: Box::new(source),
+                error: Box::new(error),
             })?
             .no_grad();
         let tokenizer =
-            Tokenizer::from_dir(&config.model).map_err(|source| EngineError::Tokenizer {
+            Tokenizer::from_dir(&config.model).map_err(|error| EngineError::Tokenizer {
                 dir: config.model.clone(),
-                source,
+                error,
             })?;
         let model_config = model.config();
         let kv_bytes_per_token = 2
@@ -327,9 +327,9 @@ impl<B: KernelBackend> Engine<B> {
             .ok_or(EngineError::UnknownRequest(id))?;
         state
             .flush_text(&self.tokenizer)
-            .map_err(|source| EngineError::Detokenize {
+            .map_err(|error| EngineError::Detokenize {
                 request_id: id,
-                source,
+                error,
             })?;
         let request = self
             .scheduler
@@ -480,9 +480,9 @@ impl<B: KernelBackend> Engine<B> {
         let tokens = &verified.outcome.tokens;
         let appended = state
             .append(&self.tokenizer, request, tokens, verified.logprobs)
-            .map_err(|source| EngineError::Detokenize {
+            .map_err(|error| EngineError::Detokenize {
                 request_id: id,
-                source,
+                error,
             })?;
         let kept = &tokens[..appended.num_kept];
         let accepted = verified.outcome.num_accepted().min(appended.num_kept);

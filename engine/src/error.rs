@@ -69,22 +69,21 @@ pub enum EngineError {
         reason: String,
     },
     /// The model directory could not be loaded.
-    #[error("loading the model from {dir}: {source}")]
+    #[error("loading the model from {dir}: {error}")]
     Load {
         /// The model directory.
         dir: PathBuf,
-        /// What failed.
-        #[source]
-        source: Box<aquila_model_loader::LoadError>,
+        /// What failed (part of the message, not also a `source()`, so error chains print
+        /// it once).
+        error: Box<aquila_model_loader::LoadError>,
     },
     /// The tokenizer of the model directory could not be loaded.
-    #[error("loading the tokenizer from {dir}: {source}")]
+    #[error("loading the tokenizer from {dir}: {error}")]
     Tokenizer {
         /// The model directory.
         dir: PathBuf,
-        /// What failed.
-        #[source]
-        source: aquila_model_loader::tokenizer::TokenizerError,
+        /// What failed (part of the message, not also a `source()`).
+        error: aquila_model_loader::tokenizer::TokenizerError,
     },
     /// The metrics recorder could not be created.
     #[error("creating the metrics recorder: {0}")]
@@ -96,13 +95,12 @@ pub enum EngineError {
     #[error("invalid prompt: {0}")]
     InvalidPrompt(#[from] PromptError),
     /// One request of a batch is invalid; no request of the batch was added.
-    #[error("request {index} of the batch: {source}")]
+    #[error("request {index} of the batch: {error}")]
     InvalidBatchItem {
         /// Index of the request in the batch.
         index: usize,
-        /// What is wrong with it.
-        #[source]
-        source: Box<EngineError>,
+        /// What is wrong with it (part of the message, not also a `source()`).
+        error: Box<EngineError>,
     },
     /// A batch call got a different number of sampling parameter sets than prompts.
     #[error("{prompts} prompts but {params} sampling parameter sets")]
@@ -126,13 +124,12 @@ pub enum EngineError {
     #[error("model forward failed: {0}")]
     Model(String),
     /// Detokenizing generated tokens failed.
-    #[error("detokenizing the output of request {request_id}: {source}")]
+    #[error("detokenizing the output of request {request_id}: {error}")]
     Detokenize {
         /// The request.
         request_id: RequestId,
-        /// What failed.
-        #[source]
-        source: aquila_model_loader::tokenizer::TokenizerError,
+        /// What failed (part of the message, not also a `source()`).
+        error: aquila_model_loader::tokenizer::TokenizerError,
     },
 }
 
@@ -141,7 +138,7 @@ impl EngineError {
     pub(crate) fn at_batch_index(self, index: usize) -> Self {
         EngineError::InvalidBatchItem {
             index,
-            source: Box::new(self),
+            error: Box::new(self),
         }
     }
 }
@@ -165,5 +162,35 @@ mod tests {
         assert!(err
             .to_string()
             .starts_with("request 3 of the batch: invalid sampling"));
+    }
+
+    #[test]
+    fn a_checkpoint_mismatch_is_printed_once_through_the_error_chain() {
+        use aquila_model_loader::checkpoint::{CheckpointError, MismatchReport};
+        let report = MismatchReport {
+            missing: (0..272)
+                .map(|i| format!("model.layers.{i}.weight"))
+                .collect(),
+            ..MismatchReport::default()
+        };
+        let err = EngineError::Load {
+            dir: "models/x".into(),
+            error: Box::new(
+                CheckpointError::Mismatch {
+                    path: "models/x/model.safetensors".into(),
+                    report,
+                }
+                .into(),
+            ),
+        };
+        // Everything a chain printer shows: the message and every source's message.
+        let mut chain = err.to_string();
+        let mut source = std::error::Error::source(&err);
+        while let Some(cause) = source {
+            chain.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        assert_eq!(chain.matches("272 missing tensors").count(), 1, "{chain}");
+        assert!(chain.len() < 300, "{} bytes: {chain}", chain.len());
     }
 }

@@ -15,12 +15,13 @@ pub enum GgufError {
         source: std::io::Error,
     },
     /// An error while parsing a named GGUF file.
-    #[error("{path}: {source}")]
+    #[error("{path}: {error}")]
     File {
         /// The GGUF file.
         path: PathBuf,
-        /// What went wrong.
-        source: Box<GgufError>,
+        /// What went wrong (part of the message, not also a `source()`, so error chains print
+        /// it once).
+        error: Box<GgufError>,
     },
     /// The file does not start with `GGUF`.
     #[error("not a GGUF file: magic bytes are {found:02x?}, expected \"GGUF\"")]

@@ -46,7 +46,7 @@ pub fn import(
     let file = GgufFile::open(gguf)?;
     let in_file = |e: GgufError| GgufError::File {
         path: gguf.to_path_buf(),
-        source: Box::new(e),
+        error: Box::new(e),
     };
     let header = file.header();
     let hparams = LlamaHyperParams::from_header(header).map_err(in_file)?;

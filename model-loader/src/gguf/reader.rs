@@ -372,7 +372,7 @@ impl GgufFile {
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| GgufError::io(path, e))?;
         let header = GgufHeader::parse(&map).map_err(|e| GgufError::File {
             path: path.to_path_buf(),
-            source: Box::new(e),
+            error: Box::new(e),
         })?;
         Ok(Self {
             path: path.to_path_buf(),

@@ -22,7 +22,7 @@ fn parse(bytes: &[u8]) -> Result<GgufHeader, GgufError> {
 /// Unwraps the file-name context of errors from `GgufFile::open` / `import`.
 fn inner(err: GgufError) -> GgufError {
     match err {
-        GgufError::File { source, .. } => inner(*source),
+        GgufError::File { error, .. } => inner(*error),
         other => other,
     }
 }
@@ -212,6 +212,8 @@ fn open_names_the_file() {
     std::fs::write(&path, b"GGUF\x03\x00\x00\x00").unwrap();
     let err = GgufFile::open(&path).unwrap_err();
     assert!(err.to_string().contains("broken.gguf"), "{err}");
+    // The cause is in the message, and not repeated as a source by error-chain printers.
+    assert!(std::error::Error::source(&err).is_none());
     assert!(matches!(inner(err), GgufError::Truncated { .. }));
     let missing = GgufFile::open(&dir.path().join("missing.gguf")).unwrap_err();
     assert!(matches!(missing, GgufError::Io { .. }));

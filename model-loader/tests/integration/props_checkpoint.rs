@@ -46,7 +46,7 @@ fn open_and_read_all(path: &Path) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
     #[test]
     fn mutated_safetensors_files_open_or_fail(edits in mutation::mutations()) {

@@ -54,7 +54,7 @@ fn parse_both(text: &str) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 1024, ..ProptestConfig::default() })]
 
     #[test]
     fn edited_configs_parse_or_fail(edits in json_edit::json_edits(), eagle in any::<bool>()) {

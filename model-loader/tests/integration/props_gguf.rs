@@ -52,7 +52,7 @@ fn import_in_memory(bytes: &[u8]) -> usize {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 2048, ..ProptestConfig::default() })]
 
     #[test]
     fn arbitrary_bytes_are_an_error_or_a_header(
@@ -78,7 +78,7 @@ proptest! {
 
 proptest! {
     // Writes a model directory per case: fewer cases.
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
     #[test]
     fn mutated_files_import_or_fail_with_an_error(edits in mutation::mutations()) {

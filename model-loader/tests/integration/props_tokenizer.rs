@@ -47,7 +47,7 @@ fn check_files(tokenizer_json: &str, tokenizer_config: &str) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
     #[test]
     fn edited_tokenizer_json_loads_or_fails(edits in json_edit::json_edits()) {
