@@ -10,6 +10,7 @@ mod metrics;
 mod oracle;
 mod requests;
 mod sampling;
+mod spec_adaptive;
 mod spec_batch_limit;
 mod spec_config;
 mod spec_lossless;

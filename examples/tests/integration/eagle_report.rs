@@ -1,9 +1,7 @@
 //! The eagle example's report is computed from the metrics snapshot alone; these tests check its
 //! numbers against the per-request counts the engine returns with each output.
 
-use aquila_engine::{
-    EngineConfig, Llm, Prompt, SamplingParams, SpeculativeConfig, SpeculativeMethod,
-};
+use aquila_engine::{EngineConfig, Llm, Prompt, SamplingParams, SpeculativeConfig};
 use aquila_examples::report::SpecDecodeReport;
 use aquila_model_loader::fixtures::llama::{write_tiny_llama, TinyLlamaOptions};
 use std::time::Instant;
@@ -19,7 +17,7 @@ fn report_numbers_equal_the_sums_of_per_request_counts() {
     let model = tiny_model();
     for k in [1, 3] {
         let mut config = EngineConfig::new(model.path());
-        config.speculative = Some(SpeculativeConfig::new(SpeculativeMethod::Ngram, k));
+        config.speculative = Some(SpeculativeConfig::ngram(k));
         let mut llm = Llm::new(config).expect("engine");
         let prompts: Vec<Prompt> = ["abab abab abab", "hello hello", "1212121212"]
             .into_iter()
