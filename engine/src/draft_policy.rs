@@ -11,6 +11,10 @@
 //! with one draft token now and then.
 
 use crate::acceptance::{AcceptanceEstimate, AcceptancePrior};
+
+/// How much faster than drafting only the minimum the chosen drafts must be expected to make a
+/// step: the estimates are noisy, and a draft that only seems to pay costs real time.
+const MIN_EXPECTED_GAIN: f64 = 0.03;
 use crate::config::DraftLength;
 use crate::step_costs::{StepCosts, StepTiming};
 
@@ -146,7 +150,8 @@ impl DraftPolicy {
         let cost = |extra: usize, depth: usize| {
             forward[extra] + self.costs.draft(depth) + self.costs.other()
         };
-        let (mut best, mut best_rate) = (0, tokens / cost(0, depth));
+        let minimum_rate = tokens / cost(0, depth);
+        let (mut best, mut best_rate) = (0, minimum_rate);
         for (taken, &(gain, row, _)) in rows.iter().enumerate() {
             tokens += gain;
             depth = depth.max(row.min(self.max_depth));
@@ -154,6 +159,9 @@ impl DraftPolicy {
             if rate > best_rate {
                 (best, best_rate) = (taken + 1, rate);
             }
+        }
+        if best_rate < minimum_rate * (1.0 + MIN_EXPECTED_GAIN) {
+            best = 0;
         }
         let mut lengths = floors;
         for &(_, _, request) in &rows[..best] {
