@@ -8,11 +8,12 @@ use aquila_model_loader::backend::{GenericCpu, KernelBackend};
 use aquila_model_loader::tokenizer::Tokenizer;
 
 use crate::config::{Device, EngineConfig};
-use crate::engine::{Engine, PreparedRequest};
+use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::llm::EngineCore;
 use crate::output::{RequestId, RequestOutput, StepOutput};
 use crate::prompt::Prompt;
+use crate::request::PreparedRequest;
 use crate::sampling_params::SamplingParams;
 use crate::speculation::FeaturelessProposer;
 

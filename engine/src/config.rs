@@ -93,25 +93,61 @@ impl Default for KvCacheBudget {
     }
 }
 
-/// Which drafter speculative decoding uses.
+/// An EAGLE draft head and the shape of its drafts.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EagleDrafter {
+    /// Directory of the head's checkpoint (`config.json` and safetensors).
+    pub draft_model: PathBuf,
+    /// EAGLE-2 dynamic draft trees instead of chains.
+    #[serde(default)]
+    pub tree: Option<DraftTreeConfig>,
+}
+
+/// Prompt-lookup drafting: the tokens that followed the latest earlier occurrence of the
+/// sequence's last n-gram.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NgramDrafter {
+    /// Shortest n-gram matched.
+    pub min_n: usize,
+    /// Longest n-gram matched (tried first).
+    pub max_n: usize,
+}
+
+impl Default for NgramDrafter {
+    /// n-grams of 1 to 4 tokens.
+    fn default() -> Self {
+        Self { min_n: 1, max_n: 4 }
+    }
+}
+
+/// Which drafter speculative decoding uses, with the settings of that drafter only.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SpeculativeMethod {
     /// EAGLE-1 draft head on the target's last normed hidden state.
-    Eagle,
+    Eagle(EagleDrafter),
     /// EAGLE-3 draft head on auxiliary hidden states of several target layers.
-    Eagle3,
+    Eagle3(EagleDrafter),
     /// Prompt-lookup n-gram drafting (no draft model).
-    Ngram,
+    Ngram(NgramDrafter),
+    /// The proposer handed to [`crate::Llm::with_proposer`] (tests and experiments).
+    Custom,
+}
+
+impl SpeculativeMethod {
+    /// The method's name: `eagle`, `eagle3`, `ngram` or `custom`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            SpeculativeMethod::Eagle(_) => "eagle",
+            SpeculativeMethod::Eagle3(_) => "eagle3",
+            SpeculativeMethod::Ngram(_) => "ngram",
+            SpeculativeMethod::Custom => "custom",
+        }
+    }
 }
 
 impl fmt::Display for SpeculativeMethod {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let name = match self {
-            SpeculativeMethod::Eagle => "eagle",
-            SpeculativeMethod::Eagle3 => "eagle3",
-            SpeculativeMethod::Ngram => "ngram",
-        };
-        f.write_str(name)
+        f.write_str(self.name())
     }
 }
 
@@ -128,10 +164,8 @@ pub struct DraftTreeConfig {
 
 impl Default for DraftTreeConfig {
     /// Three children per node, six draft tokens: a tree whose verification on a CPU costs
-    /// about as much as a chain's. On SmolLM2 with the shipped EAGLE-3 head at depth 3 and one
-    /// request, it raised the mean acceptance length from 1.42 (chain) to 1.66 at 0.97x the
-    /// plain engine; sixteen nodes of four children reached 1.76, but their 17-row verification
-    /// and 4-row draft steps made it 0.45x.
+    /// about as much as a chain's (sixteen nodes of four children accept more per step, but
+    /// their verification rows and wider draft steps cost more than they gain there).
     fn default() -> Self {
         Self {
             top_k: 3,
@@ -140,22 +174,44 @@ impl Default for DraftTreeConfig {
     }
 }
 
-/// Speculative decoding settings.
+/// How many tokens each request drafts per step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DraftLength {
+    /// Every request drafts [`SpeculativeConfig::num_speculative_tokens`] tokens every step
+    /// (trees: every node).
+    Fixed,
+    /// Every step, each request drafts the number of tokens (0 up to the maximum) that
+    /// maximizes the engine's expected output tokens per second, from the engine's own step
+    /// timings and each request's acceptance so far: large batches draft less or not at all,
+    /// a request whose drafts keep failing stops drafting (and is probed now and then).
+    Adaptive {
+        /// Fewest draft tokens per request and step (0 lets a request decode plainly).
+        min_draft_tokens: usize,
+    },
+}
+
+impl Default for DraftLength {
+    /// Adaptive, down to no drafts.
+    fn default() -> Self {
+        DraftLength::Adaptive {
+            min_draft_tokens: 0,
+        }
+    }
+}
+
+/// Speculative decoding settings: the drafter, and how much it drafts.
+///
+/// Every field applies to every method; what only one drafter needs lives in its
+/// [`SpeculativeMethod`] variant.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SpeculativeConfig {
     /// The drafter.
     pub method: SpeculativeMethod,
-    /// Directory of the draft model (EAGLE heads); `None` for n-gram drafting.
-    pub draft_model: Option<PathBuf>,
-    /// Draft tokens proposed per request per step (chains), or the depth of draft trees.
+    /// Most draft tokens per request per step (chains), or the depth of draft trees.
     pub num_speculative_tokens: usize,
-    /// EAGLE-2 dynamic draft trees instead of chains (EAGLE methods only).
+    /// How many tokens each request drafts per step (adaptive by default).
     #[serde(default)]
-    pub tree: Option<DraftTreeConfig>,
-    /// Shortest n-gram the n-gram drafter matches.
-    pub ngram_min: usize,
-    /// Longest n-gram the n-gram drafter matches.
-    pub ngram_max: usize,
+    pub draft_length: DraftLength,
     /// Speculate only while at most this many requests are running (vLLM's
     /// `disable_by_batch_size`); steps with more decode one token per request. Verifying
     /// `k + 1` rows per request pays when decoding is memory-bound, but a large batch already
@@ -166,21 +222,47 @@ pub struct SpeculativeConfig {
 }
 
 impl SpeculativeConfig {
-    /// A configuration for `method` with `num_speculative_tokens` drafts per step, n-gram sizes
-    /// 1..=4 and no draft model directory.
+    /// A configuration drafting with `method`, at most `num_speculative_tokens` per step.
     pub fn new(method: SpeculativeMethod, num_speculative_tokens: usize) -> Self {
         Self {
             method,
-            draft_model: None,
             num_speculative_tokens,
-            tree: None,
-            ngram_min: 1,
-            ngram_max: 4,
+            draft_length: DraftLength::default(),
             disable_by_batch_size: None,
         }
     }
 
-    /// Checks that the settings are consistent with the method.
+    /// EAGLE-1 chains of `num_speculative_tokens` from the head in `draft_model`.
+    pub fn eagle(draft_model: impl Into<PathBuf>, num_speculative_tokens: usize) -> Self {
+        let drafter = EagleDrafter {
+            draft_model: draft_model.into(),
+            tree: None,
+        };
+        Self::new(SpeculativeMethod::Eagle(drafter), num_speculative_tokens)
+    }
+
+    /// EAGLE-3 chains of `num_speculative_tokens` from the head in `draft_model`.
+    pub fn eagle3(draft_model: impl Into<PathBuf>, num_speculative_tokens: usize) -> Self {
+        let drafter = EagleDrafter {
+            draft_model: draft_model.into(),
+            tree: None,
+        };
+        Self::new(SpeculativeMethod::Eagle3(drafter), num_speculative_tokens)
+    }
+
+    /// n-gram drafting (n of 1 to 4) of `num_speculative_tokens` per step.
+    pub fn ngram(num_speculative_tokens: usize) -> Self {
+        let drafter = NgramDrafter::default();
+        Self::new(SpeculativeMethod::Ngram(drafter), num_speculative_tokens)
+    }
+
+    /// Drafting with the proposer given to [`crate::Llm::with_proposer`], at most
+    /// `num_speculative_tokens` per step.
+    pub fn custom(num_speculative_tokens: usize) -> Self {
+        Self::new(SpeculativeMethod::Custom, num_speculative_tokens)
+    }
+
+    /// Checks that the settings are consistent.
     pub fn validate(&self) -> Result<(), EngineError> {
         if self.num_speculative_tokens == 0 {
             return Err(config_error(
@@ -188,38 +270,46 @@ impl SpeculativeConfig {
                 "must be at least 1",
             ));
         }
-        match self.method {
-            SpeculativeMethod::Eagle | SpeculativeMethod::Eagle3 if self.draft_model.is_none() => {
-                Err(config_error(
-                    "speculative.draft_model",
-                    format!("method {} needs a draft model directory", self.method),
-                ))
+        if let DraftLength::Adaptive { min_draft_tokens } = self.draft_length {
+            if min_draft_tokens > self.num_speculative_tokens {
+                return Err(config_error(
+                    "speculative.draft_length",
+                    format!(
+                        "min_draft_tokens {min_draft_tokens} exceeds num_speculative_tokens {}",
+                        self.num_speculative_tokens
+                    ),
+                ));
             }
-            SpeculativeMethod::Ngram if self.tree.is_some() => Err(config_error(
-                "speculative.tree",
-                "draft trees need an EAGLE method; n-gram drafting proposes chains",
-            )),
-            _ if self.disable_by_batch_size == Some(0) => Err(config_error(
+        }
+        if self.disable_by_batch_size == Some(0) {
+            return Err(config_error(
                 "speculative.disable_by_batch_size",
                 "must be at least 1 (0 would never speculate; leave it unset to always speculate)",
-            )),
-            _ if self.tree.is_some_and(|tree| tree.top_k == 0) => {
-                Err(config_error("speculative.tree.top_k", "must be at least 1"))
+            ));
+        }
+        match &self.method {
+            SpeculativeMethod::Eagle(eagle) | SpeculativeMethod::Eagle3(eagle) => {
+                match eagle.tree {
+                    Some(tree) if tree.top_k == 0 => {
+                        Err(config_error("speculative.tree.top_k", "must be at least 1"))
+                    }
+                    Some(tree) if tree.num_nodes == 0 => Err(config_error(
+                        "speculative.tree.num_nodes",
+                        "must be at least 1",
+                    )),
+                    _ => Ok(()),
+                }
             }
-            _ if self.tree.is_some_and(|tree| tree.num_nodes == 0) => Err(config_error(
-                "speculative.tree.num_nodes",
-                "must be at least 1",
-            )),
-            SpeculativeMethod::Ngram if self.ngram_min == 0 || self.ngram_min > self.ngram_max => {
+            SpeculativeMethod::Ngram(ngram) if ngram.min_n == 0 || ngram.min_n > ngram.max_n => {
                 Err(config_error(
-                    "speculative.ngram_min",
+                    "speculative.ngram",
                     format!(
-                        "needs 1 <= ngram_min <= ngram_max, got {}..={}",
-                        self.ngram_min, self.ngram_max
+                        "needs 1 <= min_n <= max_n, got {}..={}",
+                        ngram.min_n, ngram.max_n
                     ),
                 ))
             }
-            _ => Ok(()),
+            SpeculativeMethod::Ngram(_) | SpeculativeMethod::Custom => Ok(()),
         }
     }
 }
@@ -453,50 +543,44 @@ mod tests {
 
     #[test]
     fn speculative_config_is_checked() {
-        let mut config = EngineConfig::new("/m");
-        config.speculative = Some(SpeculativeConfig::new(SpeculativeMethod::Eagle, 3));
-        assert!(config
-            .validate()
-            .unwrap_err()
-            .to_string()
-            .contains("draft_model"));
-        let mut ngram = SpeculativeConfig::new(SpeculativeMethod::Ngram, 3);
-        ngram.ngram_min = 5;
-        assert!(ngram
-            .validate()
-            .unwrap_err()
-            .to_string()
-            .contains("ngram_min"));
-        ngram.ngram_min = 2;
+        let field = |config: &SpeculativeConfig| match config.validate() {
+            Err(EngineError::Config { field, .. }) => field,
+            other => panic!("expected a config error, got {other:?}"),
+        };
+        let mut ngram = SpeculativeConfig::ngram(3);
         ngram.validate().unwrap();
-        ngram.tree = Some(DraftTreeConfig::default());
-        assert!(ngram
-            .validate()
-            .unwrap_err()
-            .to_string()
-            .contains("speculative.tree"));
-        let mut eagle = SpeculativeConfig::new(SpeculativeMethod::Eagle3, 3);
-        eagle.draft_model = Some("/head".into());
-        eagle.tree = Some(DraftTreeConfig {
+        ngram.method = SpeculativeMethod::Ngram(NgramDrafter { min_n: 5, max_n: 4 });
+        assert_eq!(field(&ngram), "speculative.ngram");
+        let mut eagle = SpeculativeConfig::eagle3("/head", 3);
+        eagle.validate().unwrap();
+        let with_tree = |tree| {
+            SpeculativeMethod::Eagle3(EagleDrafter {
+                draft_model: "/head".into(),
+                tree: Some(tree),
+            })
+        };
+        eagle.method = with_tree(DraftTreeConfig {
             top_k: 0,
             num_nodes: 8,
         });
-        assert!(eagle
-            .validate()
-            .unwrap_err()
-            .to_string()
-            .contains("tree.top_k"));
-        eagle.tree = Some(DraftTreeConfig {
+        assert_eq!(field(&eagle), "speculative.tree.top_k");
+        eagle.method = with_tree(DraftTreeConfig {
             top_k: 2,
             num_nodes: 0,
         });
-        assert!(eagle
-            .validate()
-            .unwrap_err()
-            .to_string()
-            .contains("tree.num_nodes"));
-        eagle.tree = Some(DraftTreeConfig::default());
+        assert_eq!(field(&eagle), "speculative.tree.num_nodes");
+        eagle.method = with_tree(DraftTreeConfig::default());
         eagle.validate().unwrap();
+        eagle.num_speculative_tokens = 0;
+        assert_eq!(field(&eagle), "speculative.num_speculative_tokens");
+        let mut custom = SpeculativeConfig::custom(2);
+        custom.disable_by_batch_size = Some(0);
+        assert_eq!(field(&custom), "speculative.disable_by_batch_size");
+        let mut bounded = SpeculativeConfig::ngram(2);
+        bounded.draft_length = DraftLength::Adaptive {
+            min_draft_tokens: 3,
+        };
+        assert_eq!(field(&bounded), "speculative.draft_length");
     }
 
     #[test]

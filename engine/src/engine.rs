@@ -1,59 +1,45 @@
 //! The engine: request intake and the step loop (schedule → forward → verify → stop checks →
-//! commit → outputs and metrics), generic over the burn backend.
+//! commit → drafting → outputs and metrics), generic over the burn backend.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use aquila_metrics::{
     EventSink, IterationStats, KvCacheUsage, Recorder, RecorderConfig, SchedulerStats,
-    SpecDecodeEvent,
 };
 use aquila_model_loader::backend::KernelBackend;
 use aquila_model_loader::model::{FeatureTap, LlamaModel};
 use aquila_model_loader::tokenizer::Tokenizer;
 use aquila_spec_decode::proposer::ProposeRequest;
-use aquila_spec_decode::rejection::DraftProbs;
 use burn::module::Module;
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
 use crate::config::{EngineConfig, ResolvedLimits};
+use crate::draft_policy::{DraftCandidate, DraftPolicy};
 use crate::error::{EngineError, PromptError};
-use crate::model_runner::ModelRunner;
-use crate::output::{FinishReason, RequestDelta, RequestId, RequestOutput, StepOutput};
+use crate::model_runner::{ModelRunner, StepForward};
+use crate::output::{RequestDelta, RequestId, RequestOutput, StepOutput};
+use crate::pending_draft::PendingDraft;
 use crate::prompt::Prompt;
-use crate::request::Request;
-use crate::request_state::RequestState;
+use crate::request::{PreparedRequest, Request};
+use crate::requests::{BatchEntry, Requests};
 use crate::sampling_params::SamplingParams;
-use crate::scheduler::{ScheduledRequest, Scheduler, SchedulerConfig, SchedulerOutput};
-use crate::speculation::{Drafter, FeaturelessProposer, StoredDraft};
-use crate::stop::StopConditions;
-use crate::timing::{RequestTiming, TokenLatency};
+use crate::scheduler::{Scheduler, SchedulerConfig, SchedulerOutput};
+use crate::speculation::{Drafter, FeaturelessProposer};
+use crate::step_costs::StepTiming;
+use crate::stop::{Finish, StopConditions};
+use crate::timing::TokenLatency;
 use crate::verifier::{Verified, Verifier, VerifyInput};
 
-/// A validated request, ready to be queued.
-#[derive(Clone, Debug)]
-pub(crate) struct PreparedRequest {
-    /// The prompt text (text and chat prompts).
-    pub prompt: Option<String>,
-    /// The prompt's token ids.
-    pub prompt_token_ids: Vec<u32>,
-    /// The request's parameters.
-    pub params: SamplingParams,
-}
-
 /// The engine on backend `B`.
-pub(crate) struct Engine<B: Backend> {
+pub(crate) struct Engine<B: KernelBackend> {
     runner: ModelRunner<B>,
     scheduler: Scheduler,
-    states: HashMap<RequestId, RequestState>,
+    requests: Requests,
     tokenizer: Tokenizer,
     verifier: Verifier,
-    drafter: Option<Drafter<B>>,
-    /// Speculate only while at most this many requests run
-    /// ([`crate::SpeculativeConfig::disable_by_batch_size`]).
-    speculation_max_batch: Option<usize>,
+    speculation: Option<Speculation<B>>,
     recorder: Arc<Recorder>,
     limits: ResolvedLimits,
     vocab_size: usize,
@@ -62,10 +48,35 @@ pub(crate) struct Engine<B: Backend> {
     next_request_id: RequestId,
 }
 
+/// Speculative decoding: the drafter, and the policy deciding how much it drafts.
+struct Speculation<B: KernelBackend> {
+    drafter: Drafter<B>,
+    policy: DraftPolicy,
+}
+
+/// What a step did for one request of its batch.
+#[derive(Debug, Default)]
+struct EntryResult {
+    /// Draft indices (tree nodes) of the accepted drafts, in order.
+    accepted_nodes: Vec<usize>,
+    /// How the request ended in this step, if it did.
+    finish: Option<Finish>,
+}
+
+/// The engine's parts one step's processing of sampled tokens uses.
+struct StepContext<'a> {
+    tokenizer: &'a Tokenizer,
+    recorder: &'a Recorder,
+    scheduler: &'a mut Scheduler,
+    now: Instant,
+    iteration: IterationStats,
+    output: StepOutput,
+}
+
 impl<B: KernelBackend> Engine<B> {
     /// Loads the model and tokenizer of `config.model` onto `device` and sets up scheduling,
-    /// speculative decoding (`custom_proposer`, else `config.speculative`) and metrics.
-    /// `config` must be validated.
+    /// speculative decoding (`config.speculative`, with `custom_proposer` for its custom
+    /// method) and metrics. `config` must be validated.
     pub fn new(
         config: &EngineConfig,
         device: &B::Device,
@@ -101,22 +112,38 @@ impl<B: KernelBackend> Engine<B> {
                 eos_token_ids.push(eos);
             }
         }
-        let drafter = match (custom_proposer, &config.speculative) {
-            (Some(proposer), _) => Some(Drafter::featureless(proposer)),
-            (None, Some(speculative)) => Some(Drafter::from_config(
-                speculative,
-                &model,
-                device,
-                config.max_num_seqs,
-            )?),
-            (None, None) => None,
+        let speculation = match &config.speculative {
+            Some(speculative) => {
+                let drafter = Drafter::from_config(
+                    speculative,
+                    custom_proposer,
+                    &model,
+                    device,
+                    config.max_num_seqs,
+                )?;
+                let policy = DraftPolicy::new(
+                    speculative.draft_length,
+                    speculative.disable_by_batch_size,
+                    drafter.num_speculative_tokens(),
+                    drafter.max_draft_depth(),
+                );
+                Some(Speculation { drafter, policy })
+            }
+            None if custom_proposer.is_some() => {
+                return Err(EngineError::Config {
+                    field: "speculative",
+                    reason: "a proposer was given, but speculative decoding is off".into(),
+                })
+            }
+            None => None,
         };
         let mut recorder_config = RecorderConfig::builder(config.model_name())
             .namespace(config.metrics.namespace)
             .engine(config.metrics.engine_label.clone())
             .max_model_len(limits.max_model_len as u64);
-        if let Some(drafter) = &drafter {
-            recorder_config = recorder_config.num_speculative_tokens(drafter.max_draft_depth());
+        if let Some(speculation) = &speculation {
+            let depth = speculation.drafter.max_draft_depth();
+            recorder_config = recorder_config.num_speculative_tokens(depth);
         }
         let recorder = Arc::new(Recorder::new(recorder_config.build()?)?);
         let scheduler = Scheduler::new(SchedulerConfig {
@@ -138,14 +165,10 @@ impl<B: KernelBackend> Engine<B> {
         Ok(Self {
             runner: ModelRunner::new(model, config.max_num_seqs),
             scheduler,
-            states: HashMap::new(),
+            requests: Requests::default(),
             tokenizer,
             verifier,
-            drafter,
-            speculation_max_batch: config
-                .speculative
-                .as_ref()
-                .and_then(|speculative| speculative.disable_by_batch_size),
+            speculation,
             recorder,
             limits,
             vocab_size,
@@ -192,157 +215,167 @@ impl<B: KernelBackend> Engine<B> {
     }
 
     /// Queues a prepared request; returns its id.
-    pub fn submit(&mut self, request: PreparedRequest) -> RequestId {
+    pub fn submit(&mut self, prepared: PreparedRequest) -> RequestId {
         let id = self.next_request_id;
         self.next_request_id += 1;
-        let PreparedRequest {
-            prompt,
-            prompt_token_ids,
-            params,
-        } = request;
+        let params = &prepared.params;
         let seed = params.seed.unwrap_or_else(|| derive_seed(self.seed, id));
-        let stop = StopConditions::new(&params, &self.eos_token_ids, self.limits.max_model_len);
-        let timing = RequestTiming::new(Instant::now());
-        let state = RequestState::new(prompt, &prompt_token_ids, params, seed, stop, timing);
-        self.states.insert(id, state);
-        self.scheduler.add(Request::new(id, prompt_token_ids));
+        let stop = StopConditions::new(params, &self.eos_token_ids, self.limits.max_model_len);
+        let mut request = Request::new(id, prepared, seed, stop, Instant::now());
+        if let Some(speculation) = &self.speculation {
+            request.acceptance = speculation.policy.new_estimate();
+        }
+        self.scheduler.enqueue(&mut request);
+        self.requests.insert(request);
         self.record_scheduler_stats(0);
         id
     }
 
     /// Runs one engine step.
     pub fn step(&mut self) -> Result<StepOutput, EngineError> {
-        let plan = self.scheduler.schedule();
+        let plan = self.scheduler.schedule(&mut self.requests, Instant::now());
         tracing::trace!(
             requests = plan.scheduled.len(),
             tokens = plan.num_batched_tokens(),
             preempted = plan.preempted.len(),
             "step scheduled"
         );
-        let now = Instant::now();
-        for id in &plan.preempted {
-            self.state_mut(*id).timing.preempted(now);
-            if let Some(drafter) = self.drafter.as_mut() {
-                drafter.release(*id);
+        if let Some(speculation) = self.speculation.as_mut() {
+            for &id in &plan.preempted {
+                speculation.drafter.release(id);
             }
-        }
-        for id in &plan.admitted {
-            self.state_mut(*id).timing.scheduled(now);
         }
         if plan.scheduled.is_empty() {
             self.record_scheduler_stats(plan.preempted.len());
-            if self.scheduler.has_unfinished() {
+            if !self.requests.is_empty() {
                 return Err(EngineError::Stalled {
-                    unfinished: self.states.len(),
+                    unfinished: self.requests.len(),
                 });
             }
             return Ok(StepOutput::default());
         }
-        let tap = self
-            .drafter
-            .as_ref()
-            .map_or(FeatureTap::None, |d| d.feature_tap().clone());
-        let forward_start = Instant::now();
-        let forward = match self.runner.execute(&plan, &tap) {
-            Ok(forward) => forward,
+        match self.run_batch(&plan) {
+            Ok(output) => {
+                self.record_scheduler_stats(plan.preempted.len());
+                Ok(output)
+            }
             Err(error) => {
                 self.abort_scheduled(&plan);
-                return Err(error);
-            }
-        };
-        let forward_done = Instant::now();
-        let (mut logits, features) = (forward.logits, forward.features);
-        let verified = match self.verify(&plan, logits.per_request()) {
-            Ok(verified) => verified,
-            Err(error) => {
-                self.abort_scheduled(&plan);
-                return Err(error);
-            }
-        };
-        let finished_at = Instant::now();
-        let mut iteration = IterationStats::default();
-        let mut output = StepOutput::default();
-        let mut verified = verified.into_iter();
-        let mut accepted_nodes = HashMap::new();
-        for work in &plan.scheduled {
-            if !work.samples {
-                self.scheduler.commit(work, &[], &[]);
-                continue;
-            }
-            let verified = verified
-                .next()
-                .expect("one verification per sampling request");
-            let processed =
-                self.process_sampled(work, verified, finished_at, &mut iteration, &mut output);
-            match processed {
-                Ok(nodes) => {
-                    accepted_nodes.insert(work.request_id, nodes);
-                }
-                // Only this request's output is unusable: end it, keep the others going.
-                Err(error) => {
-                    self.abort_unusable(work.request_id, &error, finished_at, &mut output)
-                }
+                Err(error)
             }
         }
+    }
+
+    /// Runs the forward, verification, commit and drafting of `plan`'s batch; returns the
+    /// step's deltas and finished outputs. On error, the batch's requests must be aborted.
+    fn run_batch(&mut self, plan: &SchedulerOutput) -> Result<StepOutput, EngineError> {
+        let tap = self
+            .speculation
+            .as_ref()
+            .map_or(FeatureTap::None, |s| s.drafter.feature_tap().clone());
+        let num_running = self.requests.num_running();
+        let forward_start = Instant::now();
+        let mut batch = self.requests.batch(&plan.scheduled);
+        let StepForward {
+            mut logits,
+            features,
+        } = self.runner.execute(&plan.kv_commands, &batch, &tap)?;
+        let forward_done = Instant::now();
+        let verified = verify(&self.verifier, &mut batch, logits.per_request())?;
+        let mut context = StepContext {
+            tokenizer: &self.tokenizer,
+            recorder: &self.recorder,
+            scheduler: &mut self.scheduler,
+            now: Instant::now(),
+            iteration: IterationStats::default(),
+            output: StepOutput::default(),
+        };
+        let results: Vec<EntryResult> = batch
+            .iter_mut()
+            .zip(verified)
+            .map(|(entry, verified)| context.process(entry, verified))
+            .collect();
+        let StepContext {
+            now,
+            iteration,
+            mut output,
+            ..
+        } = context;
         let draft_start = Instant::now();
-        self.draft_next(&plan, features.as_ref(), &accepted_nodes);
+        let mut draft_depth = 0;
+        if let Some(speculation) = self.speculation.as_mut() {
+            for (entry, result) in batch.iter_mut().zip(&results) {
+                let fed = entry.work.num_draft_tokens;
+                if fed > 0 && result.finish != Some(Finish::ABORT) {
+                    let acceptance = &mut entry.request.acceptance;
+                    let accepted = &result.accepted_nodes;
+                    speculation
+                        .policy
+                        .observe_verification(acceptance, fed, accepted);
+                }
+            }
+            let num_finished = results.iter().filter(|r| r.finish.is_some()).count();
+            draft_depth = speculation.draft_next(
+                features.as_ref(),
+                &mut batch,
+                &results,
+                num_running - num_finished,
+                self.limits.max_model_len,
+                self.vocab_size,
+            );
+        }
+        let draft_done = Instant::now();
         tracing::debug!(
             rows = plan.num_batched_tokens(),
             forward_ms = ms(forward_done - forward_start),
             verify_commit_ms = ms(draft_start - forward_done),
-            draft_ms = ms(draft_start.elapsed()),
+            draft_ms = ms(draft_done - draft_start),
             "step timing"
         );
-        self.recorder.record_iteration(&iteration);
-        self.record_scheduler_stats(plan.preempted.len());
-        Ok(output)
-    }
-
-    /// Ends request `id`, whose step output could not be used, with an abort.
-    fn abort_unusable(
-        &mut self,
-        id: RequestId,
-        error: &EngineError,
-        now: Instant,
-        output: &mut StepOutput,
-    ) {
-        tracing::error!(request_id = id, %error, "request aborted");
-        if let Some(request) = self.scheduler.remove(id) {
-            output.deltas.push(RequestDelta {
-                request_id: request.id,
-                new_text: String::new(),
-                new_token_ids: Vec::new(),
-                finished: true,
+        if let Some(speculation) = self.speculation.as_mut() {
+            speculation.policy.observe_step(&StepTiming {
+                rows: plan.num_batched_tokens(),
+                forward: forward_done - forward_start,
+                draft_depth,
+                draft: draft_done - draft_start,
+                other: draft_start - forward_done,
             });
-            let aborted = self.finish(request, FinishReason::Abort, now);
-            output.finished.push(aborted);
         }
+        drop(batch);
+        for (work, result) in plan.scheduled.iter().zip(results) {
+            if let Some(finish) = result.finish {
+                output
+                    .finished
+                    .extend(self.finish(work.request_id, finish, now));
+            }
+        }
+        self.recorder.record_iteration(&iteration);
+        Ok(output)
     }
 
     /// Aborts an unfinished request and returns its output.
     pub fn abort(&mut self, id: RequestId) -> Result<RequestOutput, EngineError> {
-        let state = self
-            .states
-            .get_mut(&id)
+        let request = self
+            .requests
+            .get_mut(id)
             .ok_or(EngineError::UnknownRequest(id))?;
-        state
+        request
+            .output
             .flush_text(&self.tokenizer)
             .map_err(|error| EngineError::Detokenize {
                 request_id: id,
                 error,
             })?;
-        let request = self
-            .scheduler
-            .remove(id)
-            .expect("every request with a state is unfinished");
-        let output = self.finish(request, FinishReason::Abort, Instant::now());
+        let output = self
+            .finish(id, Finish::ABORT, Instant::now())
+            .ok_or(EngineError::UnknownRequest(id))?;
         self.record_scheduler_stats(0);
         Ok(output)
     }
 
     /// Whether any request is unfinished.
     pub fn has_unfinished(&self) -> bool {
-        self.scheduler.has_unfinished()
+        !self.requests.is_empty()
     }
 
     /// The metrics recorder (snapshots, Prometheus registry and exposition).
@@ -388,252 +421,28 @@ impl<B: KernelBackend> Engine<B> {
         }
     }
 
-    /// Verifies the rows of every sampling request of `plan` (`rows` in scheduled order).
-    fn verify(
-        &mut self,
-        plan: &SchedulerOutput,
-        rows: Vec<&mut [f32]>,
-    ) -> Result<Vec<Verified>, EngineError> {
-        let sampling: Vec<(&ScheduledRequest, &mut [f32])> = plan
-            .scheduled
-            .iter()
-            .zip(rows)
-            .filter(|(work, _)| work.samples)
-            .collect();
-        let order: HashMap<RequestId, usize> = sampling
-            .iter()
-            .enumerate()
-            .map(|(index, (work, _))| (work.request_id, index))
-            .collect();
-        let mut states: Vec<Option<&mut RequestState>> = std::iter::repeat_with(|| None)
-            .take(sampling.len())
-            .collect();
-        for (id, state) in self.states.iter_mut() {
-            if let Some(&index) = order.get(id) {
-                states[index] = Some(state);
-            }
+    /// Ends request `id` as `finish` says (it leaves the engine): frees its slot and draft
+    /// state, records it and returns its output; `None` if it is not unfinished.
+    fn finish(&mut self, id: RequestId, finish: Finish, now: Instant) -> Option<RequestOutput> {
+        let mut request = self.requests.remove(id)?;
+        self.scheduler.release(&mut request);
+        if let Some(speculation) = self.speculation.as_mut() {
+            speculation.drafter.release(id);
         }
-        let vocab_size = self.vocab_size;
-        let mut suppressed = Vec::with_capacity(sampling.len());
-        let mut inputs = Vec::with_capacity(sampling.len());
-        for ((work, rows), state) in sampling.into_iter().zip(states) {
-            let state = state.expect("every scheduled request has a state");
-            let request = self
-                .scheduler
-                .get(work.request_id)
-                .expect("scheduled request is unfinished");
-            let num_output = request.output_token_ids().len();
-            suppressed.push(state.stop.suppressed_tokens(num_output));
-            inputs.push((work, rows, state, request, num_output));
-        }
-        let mut inputs: Vec<VerifyInput<'_>> = inputs
-            .into_iter()
-            .zip(&suppressed)
-            .map(
-                |((work, rows, state, request, num_output), suppressed)| VerifyInput {
-                    rows,
-                    prompt: &request.token_ids[..request.num_prompt_tokens],
-                    output: request.output_token_ids(),
-                    drafts: &work.token_ids[work.num_known_tokens()..],
-                    tree: work.draft_tree.as_ref(),
-                    draft_probs: match &state.draft_probs {
-                        // Drafts were stored with one row each (trees: one per node, root
-                        // first); the scheduler may feed fewer.
-                        Some(probs) => {
-                            let rows =
-                                work.num_draft_tokens + usize::from(work.draft_tree.is_some());
-                            DraftProbs::Rows(&probs[..rows * vocab_size])
-                        }
-                        None => DraftProbs::OneHot,
-                    },
-                    config: &state.sampling,
-                    rng: &mut state.rng,
-                    suppressed_tokens: suppressed,
-                    suppressed_rows: state.params.min_tokens.saturating_sub(num_output),
-                    num_logprobs: state.params.logprobs,
-                },
-            )
-            .collect();
-        self.verifier
-            .verify(&mut inputs)
-            .map_err(|e| EngineError::Model(format!("verifying the step's logits: {e}")))
-    }
-
-    /// Appends one sampling request's emitted tokens, commits them to the scheduler, and
-    /// records its delta, latencies and (if it finished) its output. Returns the draft indices
-    /// (tree nodes) of the accepted drafts.
-    fn process_sampled(
-        &mut self,
-        work: &ScheduledRequest,
-        verified: Verified,
-        now: Instant,
-        iteration: &mut IterationStats,
-        output: &mut StepOutput,
-    ) -> Result<Vec<usize>, EngineError> {
-        let id = work.request_id;
-        let request = self
-            .scheduler
-            .get(id)
-            .expect("scheduled request is unfinished");
-        let first_tokens = request.output_token_ids().is_empty();
-        let state = self.states.get_mut(&id).expect("every request has a state");
-        let tokens = &verified.outcome.tokens;
-        let appended = state
-            .append(&self.tokenizer, request, tokens, verified.logprobs)
-            .map_err(|error| EngineError::Detokenize {
-                request_id: id,
-                error,
-            })?;
-        let kept = &tokens[..appended.num_kept];
-        let accepted = verified.outcome.num_accepted().min(appended.num_kept);
-        // Draft indices (tree nodes) of the accepted tokens, in order.
-        let accepted_nodes = verified.outcome.path[1..=accepted].to_vec();
-        if work.num_draft_tokens > 0 {
-            state.spec.drafts += 1;
-            state.spec.draft_tokens += work.num_draft_tokens;
-            state.spec.accepted_tokens += accepted;
-            self.recorder.record_spec_decode(&SpecDecodeEvent {
-                request_id: id,
-                num_draft_tokens: work.num_draft_tokens,
-                draft_depth: work.draft_depths().into_iter().max().unwrap_or(0),
-                num_accepted_tokens: accepted,
-            });
-        }
-        match state.timing.tokens_generated(now) {
-            TokenLatency::FirstToken(ttft) => iteration.time_to_first_tokens.push(ttft),
-            TokenLatency::InterToken(itl) => iteration.inter_token_latencies.push(itl),
-        }
-        if first_tokens {
-            iteration.num_prompt_tokens += request.num_prompt_tokens as u64;
-        }
-        iteration.num_generation_tokens += kept.len() as u64;
-        let finished = appended.finish_reason.is_some();
-        output.deltas.push(RequestDelta {
-            request_id: id,
-            new_text: state.take_new_text(finished),
-            new_token_ids: kept.to_vec(),
-            finished,
-        });
-        self.scheduler.commit(work, &accepted_nodes, kept);
-        if let Some(reason) = appended.finish_reason {
-            let request = self.scheduler.remove(id).expect("committed request exists");
-            output.finished.push(self.finish(request, reason, now));
-        }
-        Ok(accepted_nodes)
-    }
-
-    /// After a forward: hands the drafter the rows every scheduled, still unfinished request
-    /// committed (features at its fed known rows and accepted draft rows, `accepted_nodes`)
-    /// and stores the drafts each gets for its next step, capped so the root and drafts stay
-    /// inside the context window.
-    fn draft_next(
-        &mut self,
-        plan: &SchedulerOutput,
-        features: Option<&Tensor<B, 2>>,
-        accepted_nodes: &HashMap<RequestId, Vec<usize>>,
-    ) {
-        let Some(drafter) = self.drafter.as_mut() else {
-            return;
-        };
-        // Over the batch-size limit the drafter still takes in the committed rows (its cache
-        // must follow every sequence), but proposes nothing.
-        let speculating = self
-            .speculation_max_batch
-            .is_none_or(|limit| self.scheduler.num_running() <= limit);
-        let k = if speculating {
-            drafter.num_speculative_tokens()
-        } else {
-            0
-        };
-        let max_model_len = self.limits.max_model_len;
-        let mut spans = Vec::with_capacity(plan.scheduled.len());
-        let mut first_row = 0;
-        for work in &plan.scheduled {
-            let row = first_row;
-            first_row += work.token_ids.len();
-            let Some(request) = self.scheduler.get(work.request_id) else {
-                continue; // Finished or aborted in this step.
-            };
-            // The known rows, then the accepted drafts' rows (draft `n` sits `n` rows after
-            // the root, the last known row).
-            let known = work.num_known_tokens();
-            let accepted = accepted_nodes
-                .get(&work.request_id)
-                .map_or(&[][..], Vec::as_slice);
-            let rows: Vec<usize> = (row..row + known)
-                .chain(accepted.iter().map(|&node| row + known - 1 + node))
-                .collect();
-            debug_assert_eq!(
-                rows.len(),
-                request.num_computed_tokens - work.start_position
-            );
-            // Tokens through the next root: the sampled token, or the next prompt token.
-            let end = request.num_computed_tokens + 1;
-            let max_draft_tokens = if work.samples {
-                k.min(max_model_len.saturating_sub(end))
-            } else {
-                0
-            };
-            spans.push((work, end, rows, max_draft_tokens));
-        }
-        let requests: Vec<ProposeRequest<'_>> = spans
-            .iter()
-            .map(|(work, end, rows, max_draft_tokens)| ProposeRequest {
-                request_id: work.request_id,
-                tokens: &self
-                    .scheduler
-                    .get(work.request_id)
-                    .expect("checked above")
-                    .token_ids[..*end],
-                first_new_position: work.start_position,
-                feature_rows: rows,
-                max_draft_tokens: *max_draft_tokens,
-            })
-            .collect();
-        let roots: Vec<u32> = requests
-            .iter()
-            .map(|r| *r.tokens.last().expect("a request has tokens"))
-            .collect();
-        let drafts = drafter.draft(features, &requests);
-        drop(requests);
-        for (((work, ..), draft), root) in spans.iter().zip(drafts).zip(roots) {
-            let id = work.request_id;
-            let state = self.states.get_mut(&id).expect("every request has a state");
-            let draft = StoredDraft::new(draft, root, self.vocab_size).unwrap_or_else(|reason| {
-                tracing::warn!(request_id = id, reason, "unusable draft dropped");
-                StoredDraft::default()
-            });
-            state.draft_probs = draft.probs;
-            self.scheduler.set_drafts(id, draft.tokens, draft.tree);
-        }
-    }
-
-    /// Ends `request` (already removed from the scheduler): builds its output and records it.
-    fn finish(&mut self, request: Request, reason: FinishReason, now: Instant) -> RequestOutput {
-        if let Some(drafter) = self.drafter.as_mut() {
-            drafter.release(request.id);
-        }
-        let mut state = self
-            .states
-            .remove(&request.id)
-            .expect("every request has a state");
-        state.timing.finished(now);
-        let stats = state.timing.finished_stats(
-            &reason,
-            request.num_prompt_tokens,
-            request.output_token_ids().len(),
-        );
+        let stats = request.finished_stats(&finish, now);
         self.recorder.record_finished(&stats);
-        state.into_output(&request, reason)
+        Some(request.into_output(finish))
     }
 
     /// Aborts every request of a step whose forward or verification failed, so the engine
     /// stays consistent for the others.
     fn abort_scheduled(&mut self, plan: &SchedulerOutput) {
         for work in &plan.scheduled {
-            if let Some(request) = self.scheduler.remove(work.request_id) {
+            if self
+                .finish(work.request_id, Finish::ABORT, Instant::now())
+                .is_some()
+            {
                 tracing::warn!(request_id = work.request_id, "aborted after a failed step");
-                self.finish(request, FinishReason::Abort, Instant::now());
             }
         }
         self.record_scheduler_stats(0);
@@ -643,16 +452,238 @@ impl<B: KernelBackend> Engine<B> {
     fn record_scheduler_stats(&self, num_preemptions: usize) {
         let usage = self.scheduler.kv_usage().clamp(0.0, 1.0);
         self.recorder.record_scheduler(&SchedulerStats {
-            num_running_reqs: self.scheduler.num_running() as u64,
-            num_waiting_reqs: self.scheduler.num_waiting() as u64,
+            num_running_reqs: self.requests.num_running() as u64,
+            num_waiting_reqs: self.requests.num_waiting() as u64,
             kv_cache_usage: KvCacheUsage::new(usage).unwrap_or_default(),
             num_preemptions: num_preemptions as u64,
         });
     }
+}
 
-    /// The state of request `id`, which must be unfinished.
-    fn state_mut(&mut self, id: RequestId) -> &mut RequestState {
-        self.states.get_mut(&id).expect("every request has a state")
+impl StepContext<'_> {
+    /// Commits one batch entry's step: a prefill chunk's computed tokens, or a sampling
+    /// request's verified tokens (appended with stop checks, counted, streamed). A request
+    /// whose output cannot be used is ended with an abort; the others keep going.
+    fn process(&mut self, entry: &mut BatchEntry<'_>, verified: Option<Verified>) -> EntryResult {
+        let Some(verified) = verified else {
+            self.scheduler.commit(entry.work, entry.request, &[], &[]);
+            return EntryResult::default();
+        };
+        match self.process_sampled(entry, verified) {
+            Ok(result) => result,
+            Err(error) => {
+                let id = entry.request.id;
+                tracing::error!(request_id = id, %error, "request aborted");
+                self.output.deltas.push(RequestDelta {
+                    request_id: id,
+                    new_text: String::new(),
+                    new_token_ids: Vec::new(),
+                    finished: true,
+                });
+                EntryResult {
+                    accepted_nodes: Vec::new(),
+                    finish: Some(Finish::ABORT),
+                }
+            }
+        }
+    }
+
+    /// Appends one sampling request's emitted tokens, records its spec-decode event, delta
+    /// and latencies, and commits the tokens.
+    fn process_sampled(
+        &mut self,
+        entry: &mut BatchEntry<'_>,
+        verified: Verified,
+    ) -> Result<EntryResult, EngineError> {
+        let request = &mut *entry.request;
+        let id = request.id;
+        let before = request.lengths();
+        let outcome = &verified.outcome;
+        let appended = request
+            .output
+            .append(self.tokenizer, before, &outcome.tokens, verified.logprobs)
+            .map_err(|error| EngineError::Detokenize {
+                request_id: id,
+                error,
+            })?;
+        let kept = &outcome.tokens[..appended.num_kept];
+        let event = outcome.event(id, appended.num_kept);
+        let num_accepted = event.as_ref().map_or(0, |e| e.num_accepted_tokens);
+        if let Some(event) = &event {
+            request.spec.count(event);
+            self.recorder.record_spec_decode(event);
+        }
+        // Draft indices (tree nodes) of the accepted tokens, in order.
+        let accepted_nodes = outcome.path[1..=num_accepted].to_vec();
+        match request.timing.tokens_generated(self.now) {
+            TokenLatency::FirstToken(ttft) => self.iteration.time_to_first_tokens.push(ttft),
+            TokenLatency::InterToken(itl) => self.iteration.inter_token_latencies.push(itl),
+        }
+        if before.num_output_tokens == 0 {
+            self.iteration.num_prompt_tokens += request.num_prompt_tokens as u64;
+        }
+        self.iteration.num_generation_tokens += kept.len() as u64;
+        let finished = appended.finish.is_some();
+        self.output.deltas.push(RequestDelta {
+            request_id: id,
+            new_text: request.output.take_new_text(finished),
+            new_token_ids: kept.to_vec(),
+            finished,
+        });
+        self.scheduler
+            .commit(entry.work, request, &accepted_nodes, kept);
+        Ok(EntryResult {
+            accepted_nodes,
+            finish: appended.finish,
+        })
+    }
+}
+
+/// Verifies the rows of every sampling request of `batch` (`rows` in batch order); one
+/// result per entry, `None` for prefill chunks that do not sample.
+fn verify(
+    verifier: &Verifier,
+    batch: &mut [BatchEntry<'_>],
+    rows: Vec<&mut [f32]>,
+) -> Result<Vec<Option<Verified>>, EngineError> {
+    let suppressed: Vec<Vec<u32>> = batch
+        .iter()
+        .map(|entry| {
+            let request = &*entry.request;
+            let num_output = request.output_token_ids().len();
+            request.output.suppressed_tokens(num_output)
+        })
+        .collect();
+    let samples: Vec<bool> = batch.iter().map(|entry| entry.work.samples).collect();
+    let mut inputs: Vec<VerifyInput<'_>> = batch
+        .iter_mut()
+        .zip(rows)
+        .zip(&suppressed)
+        .filter(|((entry, _), _)| entry.work.samples)
+        .map(|((entry, rows), suppressed)| {
+            let request = &mut *entry.request;
+            let (prompt, output) = request.token_ids.split_at(request.num_prompt_tokens);
+            let params = &request.sampling.params;
+            VerifyInput {
+                rows,
+                prompt,
+                output,
+                drafts: request.draft.tokens(),
+                tree: request.draft.tree(),
+                draft_probs: request.draft.probs(),
+                config: &request.sampling.config,
+                rng: &mut request.sampling.rng,
+                suppressed_tokens: suppressed,
+                suppressed_rows: params.min_tokens.saturating_sub(output.len()),
+                num_logprobs: params.logprobs,
+            }
+        })
+        .collect();
+    let mut verified = verifier
+        .verify(&mut inputs)
+        .map_err(|e| EngineError::Model(format!("verifying the step's logits: {e}")))?
+        .into_iter();
+    Ok(samples
+        .into_iter()
+        .map(|samples| if samples { verified.next() } else { None })
+        .collect())
+}
+
+impl<B: KernelBackend> Speculation<B> {
+    /// After a forward: hands the drafter the rows every request of `batch` that is still
+    /// unfinished committed (features at its fed known rows and accepted draft rows) and
+    /// stores the draft each gets for its next step, as long as the policy chooses while
+    /// `num_running` requests run, capped so the root and drafts stay inside `max_model_len`.
+    /// Returns the depth asked of the drafter.
+    fn draft_next(
+        &mut self,
+        features: Option<&Tensor<B, 2>>,
+        batch: &mut [BatchEntry<'_>],
+        results: &[EntryResult],
+        num_running: usize,
+        max_model_len: usize,
+        vocab_size: usize,
+    ) -> usize {
+        let k = self.drafter.num_speculative_tokens();
+        let mut spans = Vec::with_capacity(batch.len());
+        let mut first_row = 0;
+        let mut other_rows = 0;
+        for (index, (entry, result)) in batch.iter().zip(results).enumerate() {
+            let row = first_row;
+            first_row += entry.work.num_tokens();
+            if result.finish.is_some() {
+                continue;
+            }
+            // The known rows, then the accepted drafts' rows (draft `n` sits `n` rows after
+            // the root, the last known row).
+            let known = entry.work.num_known_tokens;
+            let rows: Vec<usize> = (row..row + known)
+                .chain(
+                    result
+                        .accepted_nodes
+                        .iter()
+                        .map(|&node| row + known - 1 + node),
+                )
+                .collect();
+            let request = &*entry.request;
+            debug_assert_eq!(
+                rows.len(),
+                request.num_computed_tokens - entry.work.start_position
+            );
+            // Tokens through the next root: the sampled token, or the next prompt token.
+            let end = request.num_computed_tokens + 1;
+            let cap = if entry.work.samples {
+                k.min(max_model_len.saturating_sub(end))
+            } else {
+                // A prefill chunk: its next chunk is a row count the policy cannot change.
+                other_rows += entry.work.num_tokens().saturating_sub(1);
+                0
+            };
+            spans.push((index, end, rows, cap));
+        }
+        let lengths = {
+            let mut caps = vec![None; batch.len()];
+            for &(index, _, _, cap) in &spans {
+                caps[index] = Some(cap);
+            }
+            let mut candidates: Vec<DraftCandidate<'_>> = batch
+                .iter_mut()
+                .zip(caps)
+                .filter_map(|(entry, cap)| {
+                    cap.map(|cap| DraftCandidate {
+                        cap,
+                        acceptance: &mut entry.request.acceptance,
+                    })
+                })
+                .collect();
+            self.policy.choose(num_running, other_rows, &mut candidates)
+        };
+        let depth = self.policy.draft_depth(&lengths);
+        let requests: Vec<ProposeRequest<'_>> = spans
+            .iter()
+            .zip(&lengths)
+            .map(|((index, end, rows, _), &max_draft_tokens)| {
+                let entry = &batch[*index];
+                ProposeRequest {
+                    request_id: entry.request.id,
+                    tokens: &entry.request.token_ids[..*end],
+                    first_new_position: entry.work.start_position,
+                    feature_rows: rows,
+                    max_draft_tokens,
+                }
+            })
+            .collect();
+        let drafts = self.drafter.draft(features, &requests);
+        drop(requests);
+        for ((index, end, ..), draft) in spans.iter().zip(drafts) {
+            let request = &mut *batch[*index].request;
+            let (id, root) = (request.id, request.token_ids[end - 1]);
+            request.draft = PendingDraft::new(draft, root, vocab_size).unwrap_or_else(|reason| {
+                tracing::warn!(request_id = id, reason, "unusable draft dropped");
+                PendingDraft::default()
+            });
+        }
+        depth
     }
 }
 

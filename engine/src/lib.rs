@@ -10,14 +10,20 @@
 //! * [`Llm`] (`llm.rs`): the API; [`EngineConfig`] (`config.rs`); [`SamplingParams`]
 //!   (`sampling_params.rs`); [`Prompt`]/[`Prompts`] (`prompt.rs`); [`RequestOutput`],
 //!   [`RequestDelta`], [`RequestMetrics`] (`output.rs`); [`EngineError`] (`error.rs`).
-//! * `engine.rs`: the step loop; `scheduler.rs` and `kv_budget.rs`: continuous batching,
-//!   chunked prefill, KV accounting and preemption; `request.rs`: a request's tokens and KV
-//!   state; `model_runner.rs`: the model forward; `verifier.rs`: logits rows to emitted tokens
-//!   (spec-decode's rejection sampler); `request_state.rs`, `detokenizer.rs`, `stop.rs`,
-//!   `timing.rs`: per-request text, stop conditions and latencies; `backend.rs`: device and
-//!   dtype to burn backend; `speculation.rs`: the drafter of speculative decoding (EAGLE-1/3
-//!   head or n-gram lookup from [`SpeculativeConfig`]), called after every target forward, its
-//!   drafts verified in the next step and counted in `SpecDecodeEvent`s.
+//! * `engine.rs`: the step loop; `request.rs`: the one record of a request (tokens, KV state,
+//!   sampling state, pending draft, output assembly, timing) and `requests.rs` the map of them;
+//!   `scheduler.rs` and `kv_budget.rs`: continuous batching over those records, chunked
+//!   prefill, KV accounting and preemption; `model_runner.rs`: the model forward;
+//!   `verifier.rs`: logits rows to emitted tokens (spec-decode's rejection sampler, whose
+//!   outcomes give the `SpecDecodeEvent`s the engine forwards to the recorder);
+//!   `request_sampling.rs`: parameters, pipeline and random stream; `output_assembly.rs`,
+//!   `stop.rs`, `timing.rs`: per-request text, stop conditions and latencies; `backend.rs`:
+//!   device and dtype to burn backend; `speculation.rs`: the drafter of speculative decoding
+//!   (EAGLE-1/3 head, n-gram lookup or a custom proposer, from [`SpeculativeConfig`]), called
+//!   after every target forward; `pending_draft.rs`: a draft until its verification;
+//!   `draft_policy.rs`: how many tokens each request drafts per step, from `step_costs.rs`
+//!   (the engine's timings of its own steps) and `acceptance.rs` (each request's acceptance
+//!   per draft row).
 //! * With the `server` feature: `AsyncLlm` (`async_llm/`), the engine stepping on its own
 //!   thread behind channels, and `server/`, an OpenAI-compatible HTTP server over it.
 //!
@@ -34,24 +40,30 @@
 //! ```
 #![warn(missing_docs)]
 
+mod acceptance;
 #[cfg(feature = "server")]
 mod async_llm;
 mod backend;
 mod config;
+mod draft_policy;
 mod engine;
 mod error;
 mod kv_budget;
 mod llm;
 mod model_runner;
 mod output;
+mod output_assembly;
+mod pending_draft;
 mod prompt;
 mod request;
-mod request_state;
+mod request_sampling;
+mod requests;
 mod sampling_params;
 mod scheduler;
 #[cfg(feature = "server")]
 pub mod server;
 mod speculation;
+mod step_costs;
 mod stop;
 mod timing;
 mod verifier;
@@ -62,8 +74,8 @@ pub use async_llm::{
     AsyncLlm, AsyncLlmConfig, AsyncLlmError, RequestEvent, RequestStream, ShutdownMode,
 };
 pub use config::{
-    DType, Device, DraftTreeConfig, EngineConfig, KvCacheBudget, MetricsConfig, SpeculativeConfig,
-    SpeculativeMethod,
+    DType, Device, DraftLength, DraftTreeConfig, EagleDrafter, EngineConfig, KvCacheBudget,
+    MetricsConfig, NgramDrafter, SpeculativeConfig, SpeculativeMethod,
 };
 pub use error::{EngineError, PromptError};
 pub use llm::Llm;

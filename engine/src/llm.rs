@@ -9,10 +9,10 @@ use aquila_model_loader::tokenizer::Tokenizer;
 
 use crate::backend;
 use crate::config::EngineConfig;
-use crate::engine::PreparedRequest;
 use crate::error::EngineError;
 use crate::output::{RequestDelta, RequestId, RequestOutput, StepOutput};
 use crate::prompt::{Prompt, Prompts};
+use crate::request::PreparedRequest;
 use crate::sampling_params::SamplingParams;
 use crate::speculation::FeaturelessProposer;
 
@@ -81,8 +81,10 @@ impl Llm {
         Self::build(config, None)
     }
 
-    /// Like [`Llm::new`], drafting with `proposer` instead of `config.speculative` (a hook for
-    /// tests and experiments, e.g. spec-decode's `ReplayProposer` as a perfect drafter).
+    /// Like [`Llm::new`], drafting with `proposer` for `config.speculative`'s method
+    /// [`SpeculativeMethod::Custom`](crate::SpeculativeMethod::Custom) (a hook for tests and
+    /// experiments, e.g. spec-decode's `ReplayProposer` as a perfect drafter). Any other
+    /// configuration is an error.
     #[doc(hidden)]
     pub fn with_proposer(
         config: EngineConfig,

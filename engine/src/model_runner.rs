@@ -7,7 +7,8 @@ use burn::tensor::backend::Backend;
 use aquila_spec_decode::tree::DraftTree;
 
 use crate::error::EngineError;
-use crate::scheduler::{KvCommand, ScheduledRequest, SchedulerOutput};
+use crate::requests::BatchEntry;
+use crate::scheduler::{KvCommand, ScheduledRequest};
 
 /// The logits rows one step produced, row-major `f32`, in scheduled order.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -63,14 +64,15 @@ impl<B: KernelBackend> ModelRunner<B> {
         }
     }
 
-    /// Applies the step's KV commands, then runs one forward over every scheduled request,
+    /// Applies the step's KV commands, then runs one forward over every request of `batch`,
     /// tapping `tap`, and returns the logits rows of the requests that sample.
     pub fn execute(
         &mut self,
-        output: &SchedulerOutput,
+        kv_commands: &[KvCommand],
+        batch: &[BatchEntry<'_>],
         tap: &FeatureTap,
     ) -> Result<StepForward<B>, EngineError> {
-        for command in &output.kv_commands {
+        for command in kv_commands {
             match command {
                 &KvCommand::Reset { slot } => self.kv_cache.reset(slot),
                 &KvCommand::Truncate { slot, len } => self.kv_cache.truncate(slot, len),
@@ -79,13 +81,12 @@ impl<B: KernelBackend> ModelRunner<B> {
                 }
             }
         }
-        let rows_per_request: Vec<usize> = output
-            .scheduled
+        let rows_per_request: Vec<usize> = batch
             .iter()
-            .map(ScheduledRequest::num_logits_rows)
+            .map(|entry| entry.work.num_logits_rows())
             .collect();
         let num_rows: usize = rows_per_request.iter().sum();
-        if output.scheduled.is_empty() {
+        if batch.is_empty() {
             return Ok(StepForward {
                 logits: StepLogits {
                     values: Vec::new(),
@@ -96,7 +97,13 @@ impl<B: KernelBackend> ModelRunner<B> {
             });
         }
         let batch = ForwardBatch {
-            sequences: output.scheduled.iter().map(sequence_input).collect(),
+            sequences: batch
+                .iter()
+                .map(|entry| {
+                    let tokens = entry.work.fed_tokens(entry.request);
+                    sequence_input(entry.work, tokens, entry.request.draft.tree())
+                })
+                .collect(),
         };
         let forward = self
             .model
@@ -126,16 +133,21 @@ impl<B: KernelBackend> ModelRunner<B> {
     }
 }
 
-/// The model input of one scheduled request: its tokens from the KV length, logits for the
-/// last known token and the drafts. Known tokens and chain drafts sit at consecutive positions
+/// The model input of one scheduled request feeding `tokens` (known, then drafts forming
+/// `tree` when it is one): its tokens from the KV length, logits for the last known token and
+/// the drafts. Known tokens and chain drafts sit at consecutive positions
 /// under causal attention; tree drafts sit at the root's position plus their depth and see the
 /// known tokens and their own ancestors only.
-fn sequence_input(work: &ScheduledRequest) -> SequenceInput {
-    let len = work.token_ids.len();
+fn sequence_input(
+    work: &ScheduledRequest,
+    tokens: Vec<u32>,
+    tree: Option<&DraftTree>,
+) -> SequenceInput {
+    let len = tokens.len();
     let start = work.start_position;
-    let (positions, mask) = match &work.draft_tree {
+    let (positions, mask) = match tree.filter(|_| work.num_draft_tokens > 0) {
         Some(tree) => {
-            let root_row = work.num_known_tokens() - 1;
+            let root_row = work.num_known_tokens - 1;
             let positions = (start..start + root_row)
                 .chain(tree.positions(start + root_row))
                 .collect();
@@ -145,7 +157,7 @@ fn sequence_input(work: &ScheduledRequest) -> SequenceInput {
     };
     SequenceInput {
         slot: work.slot,
-        tokens: work.token_ids.clone(),
+        tokens,
         positions,
         logits_rows: (len - work.num_logits_rows()..len).collect(),
         mask,
@@ -172,14 +184,13 @@ fn tree_mask(root_row: usize, tree: &DraftTree) -> Vec<Vec<bool>> {
 mod tests {
     use super::*;
 
-    fn work(tokens: Vec<u32>, start: usize, drafts: usize, samples: bool) -> ScheduledRequest {
+    fn work(tokens: usize, start: usize, drafts: usize, samples: bool) -> ScheduledRequest {
         ScheduledRequest {
             request_id: 0,
             slot: 3,
             start_position: start,
-            token_ids: tokens,
+            num_known_tokens: tokens - drafts,
             num_draft_tokens: drafts,
-            draft_tree: None,
             samples,
             is_prefill: false,
         }
@@ -187,7 +198,7 @@ mod tests {
 
     #[test]
     fn prefill_chunk_without_sampling_asks_for_no_logits() {
-        let input = sequence_input(&work(vec![5, 6, 7], 10, 0, false));
+        let input = sequence_input(&work(3, 10, 0, false), vec![5, 6, 7], None);
         assert_eq!(input.slot, 3);
         assert_eq!(input.positions, vec![10, 11, 12]);
         assert!(input.logits_rows.is_empty());
@@ -196,10 +207,10 @@ mod tests {
 
     #[test]
     fn decode_with_drafts_asks_for_the_root_and_draft_rows() {
-        let input = sequence_input(&work(vec![9, 20, 21], 4, 2, true));
+        let input = sequence_input(&work(3, 4, 2, true), vec![9, 20, 21], None);
         assert_eq!(input.positions, vec![4, 5, 6]);
         assert_eq!(input.logits_rows, vec![0, 1, 2]);
-        let input = sequence_input(&work(vec![1, 2, 3, 4], 0, 0, true));
+        let input = sequence_input(&work(4, 0, 0, true), vec![1, 2, 3, 4], None);
         assert_eq!(input.logits_rows, vec![3]);
     }
 
@@ -212,9 +223,7 @@ mod tests {
             vec![0.0; 4],
         )
         .unwrap();
-        let mut work = work(vec![5, 6, 1, 2, 3], 10, 3, true);
-        work.draft_tree = Some(tree);
-        let input = sequence_input(&work);
+        let input = sequence_input(&work(5, 10, 3, true), vec![5, 6, 1, 2, 3], Some(&tree));
         assert_eq!(input.positions, vec![10, 11, 12, 12, 13]);
         assert_eq!(input.logits_rows, vec![1, 2, 3, 4]);
         let t = true;

@@ -5,10 +5,13 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
+pub use aquila_metrics::FinishReason;
+
 /// The engine's id of a request, assigned by [`crate::Llm::add_request`] in arrival order.
 pub type RequestId = u64;
 
-/// Which stop condition ended a request.
+/// Which stop condition ended a request whose [`FinishReason`] is `Stop` (vLLM's
+/// `stop_reason`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum StopReason {
     /// The model's end-of-sequence token (kept in the token ids).
@@ -17,28 +20,6 @@ pub enum StopReason {
     TokenId(u32),
     /// One of the request's stop strings (left out of the text).
     String(String),
-}
-
-/// Why a request finished.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum FinishReason {
-    /// A stop condition matched.
-    Stop(StopReason),
-    /// `max_tokens` tokens were generated or the sequence reached `max_model_len`.
-    Length,
-    /// The request was aborted.
-    Abort,
-}
-
-impl FinishReason {
-    /// The vLLM name of the reason: `stop`, `length` or `abort` (the metrics label).
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            FinishReason::Stop(_) => "stop",
-            FinishReason::Length => "length",
-            FinishReason::Abort => "abort",
-        }
-    }
 }
 
 /// A token and its log-probability.
@@ -106,8 +87,10 @@ pub struct RequestOutput {
     pub text: String,
     /// The generated token ids (a stop string's tokens, EOS and stop token ids included).
     pub token_ids: Vec<u32>,
-    /// Why the request finished.
+    /// Why the request finished (`stop`, `length` or `abort`, the metrics label).
     pub finish_reason: FinishReason,
+    /// The stop condition that matched, when `finish_reason` is `Stop`.
+    pub stop_reason: Option<StopReason>,
     /// Per generated token, when the request asked for log-probabilities.
     pub logprobs: Option<Vec<PositionLogprobs>>,
     /// Timing and counts.
@@ -155,13 +138,6 @@ impl StepOutput {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn finish_reason_labels_match_vllm() {
-        assert_eq!(FinishReason::Stop(StopReason::Eos(2)).as_str(), "stop");
-        assert_eq!(FinishReason::Length.as_str(), "length");
-        assert_eq!(FinishReason::Abort.as_str(), "abort");
-    }
 
     #[test]
     fn step_output_extends() {

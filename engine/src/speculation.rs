@@ -1,6 +1,6 @@
-//! Speculative decoding in the engine: the configured drafter (EAGLE-1/EAGLE-3 head or n-gram
-//! lookup, or a proposer injected by tests), the target features it needs, and the drafting
-//! call made after every target forward.
+//! Speculative decoding in the engine: the configured drafter (EAGLE-1/EAGLE-3 head, n-gram
+//! lookup, or a custom proposer), the target features it needs, and the drafting call made
+//! after every target forward.
 
 use std::collections::HashSet;
 
@@ -12,7 +12,6 @@ use aquila_spec_decode::proposer::{
     Draft, EagleProposer, EagleProposerConfig, EagleTreeConfig, ProposeBatch, ProposeError,
     ProposeRequest, Proposer,
 };
-use aquila_spec_decode::tree::DraftTree;
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
@@ -20,11 +19,12 @@ use crate::config::{SpeculativeConfig, SpeculativeMethod};
 use crate::error::EngineError;
 use crate::output::RequestId;
 
-/// A proposer that reads no target features (n-gram lookup, replayed scripts), as
+/// A proposer that reads no target features (replayed scripts, lookups), as
 /// [`crate::Llm::with_proposer`] accepts it.
 pub type FeaturelessProposer = Box<dyn Proposer<()> + Send>;
 
-/// Lets a featureless proposer serve an engine whose forwards produce burn feature tensors.
+/// Lets a custom featureless proposer serve an engine whose forwards produce burn feature
+/// tensors.
 struct Featureless(FeaturelessProposer);
 
 impl<B: KernelBackend> Proposer<Tensor<B, 2>> for Featureless {
@@ -63,32 +63,53 @@ pub(crate) struct Drafter<B: Backend> {
 
 impl<B: KernelBackend> Drafter<B> {
     /// Builds the drafter `config` describes for `target` on `device`, with draft state for
-    /// `max_num_seqs` concurrent requests.
+    /// `max_num_seqs` concurrent requests; `custom` is the proposer of
+    /// [`SpeculativeMethod::Custom`].
     pub fn from_config(
         config: &SpeculativeConfig,
+        custom: Option<FeaturelessProposer>,
         target: &LlamaModel<B>,
         device: &B::Device,
         max_num_seqs: usize,
     ) -> Result<Self, EngineError> {
         let k = config.num_speculative_tokens;
-        match config.method {
-            SpeculativeMethod::Ngram => {
+        match (&config.method, custom) {
+            (SpeculativeMethod::Custom, Some(proposer)) => {
+                let depth = proposer.max_draft_depth();
+                if depth != k {
+                    return Err(EngineError::Config {
+                        field: "speculative.num_speculative_tokens",
+                        reason: format!("{k}, but the given proposer drafts {depth} deep"),
+                    });
+                }
+                Ok(Self::custom(proposer))
+            }
+            (SpeculativeMethod::Custom, None) => Err(EngineError::Config {
+                field: "speculative.method",
+                reason: "method custom drafts with a proposer given to Llm::with_proposer".into(),
+            }),
+            (method, Some(_)) => Err(EngineError::Config {
+                field: "speculative.method",
+                reason: format!("a proposer was given, but speculative.method is {method}"),
+            }),
+            (SpeculativeMethod::Ngram(ngram), None) => {
                 let ngram = NgramProposer::new(NgramConfig {
-                    min_n: config.ngram_min,
-                    max_n: config.ngram_max,
+                    min_n: ngram.min_n,
+                    max_n: ngram.max_n,
                     k,
                 })
                 .map_err(|e| EngineError::Config {
-                    field: "speculative.ngram_min",
+                    field: "speculative.ngram",
                     reason: e.to_string(),
                 })?;
-                Ok(Self::featureless(Box::new(ngram)))
+                Ok(Self {
+                    proposer: Box::new(ngram),
+                    tap: FeatureTap::None,
+                    disabled: HashSet::new(),
+                })
             }
-            SpeculativeMethod::Eagle | SpeculativeMethod::Eagle3 => {
-                let dir = config.draft_model.as_ref().ok_or(EngineError::Config {
-                    field: "speculative.draft_model",
-                    reason: format!("method {} needs a draft model directory", config.method),
-                })?;
+            (SpeculativeMethod::Eagle(eagle) | SpeculativeMethod::Eagle3(eagle), None) => {
+                let dir = &eagle.draft_model;
                 let draft_error = |reason: String| EngineError::DraftModel {
                     dir: dir.clone(),
                     reason,
@@ -97,16 +118,16 @@ impl<B: KernelBackend> Drafter<B> {
                     .map_err(|e| draft_error(e.to_string()))?
                     .no_grad();
                 let head_method = match head {
-                    EagleHead::Eagle1(_) => SpeculativeMethod::Eagle,
-                    EagleHead::Eagle3(_) => SpeculativeMethod::Eagle3,
+                    EagleHead::Eagle1(_) => "eagle",
+                    EagleHead::Eagle3(_) => "eagle3",
                 };
-                if head_method != config.method {
+                if head_method != config.method.name() {
                     return Err(draft_error(format!(
                         "the head is an {head_method} head, but speculative.method is {}",
                         config.method
                     )));
                 }
-                let proposer_config = match config.tree {
+                let proposer_config = match eagle.tree {
                     Some(tree) => EagleProposerConfig::tree(EagleTreeConfig {
                         depth: k,
                         top_k: tree.top_k,
@@ -125,8 +146,8 @@ impl<B: KernelBackend> Drafter<B> {
         }
     }
 
-    /// A drafter around a proposer that reads no target features.
-    pub fn featureless(proposer: FeaturelessProposer) -> Self {
+    /// A drafter around a custom proposer that reads no target features.
+    pub fn custom(proposer: FeaturelessProposer) -> Self {
         Self {
             proposer: Box::new(Featureless(proposer)),
             tap: FeatureTap::None,
@@ -220,49 +241,6 @@ impl<B: KernelBackend> Drafter<B> {
     }
 }
 
-/// A draft as the engine keeps it until the request's next step.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub(crate) struct StoredDraft {
-    /// The draft tokens after the root (tree: its nodes after the root, in node order).
-    pub tokens: Vec<u32>,
-    /// The tree of the root and `tokens`; `None` for a chain.
-    pub tree: Option<DraftTree>,
-    /// The `q` rows the tokens were sampled from (chain: one per token; tree: one per node,
-    /// the root's first), or `None` for one-hot.
-    pub probs: Option<Vec<f32>>,
-}
-
-impl StoredDraft {
-    /// Checks a proposer's draft for a request whose last token (the root) is `root`: `q`
-    /// rows must cover every token, and a tree must grow from `root`.
-    pub fn new(draft: Draft, root: u32, vocab_size: usize) -> Result<Self, &'static str> {
-        let (tokens, tree, probs, rows) = match draft {
-            Draft::Chain(chain) => {
-                let rows = chain.tokens.len();
-                (chain.tokens, None, chain.probs, rows)
-            }
-            Draft::Tree { tree, probs } => {
-                if tree.tokens()[0] != root {
-                    return Err("the tree's root is not the request's last token");
-                }
-                let rows = tree.num_nodes();
-                (tree.tokens()[1..].to_vec(), Some(tree), probs, rows)
-            }
-        };
-        if probs.as_ref().is_some_and(|q| q.len() != rows * vocab_size) {
-            return Err("the draft's q rows do not match its tokens");
-        }
-        if tokens.is_empty() {
-            return Ok(Self::default());
-        }
-        Ok(Self {
-            tokens,
-            tree,
-            probs,
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -271,34 +249,6 @@ mod tests {
 
     fn chain(tokens: &[u32]) -> Draft {
         Draft::Chain(ChainDraft::deterministic(tokens.to_vec()))
-    }
-
-    #[test]
-    fn stored_drafts_check_the_root_and_the_q_rows() {
-        let tree = DraftTree::from_parts(vec![5, 1, 2], vec![None, Some(0), Some(1)], vec![0.0; 3])
-            .unwrap();
-        let as_tree = |probs| Draft::Tree {
-            tree: tree.clone(),
-            probs,
-        };
-        let stored = StoredDraft::new(as_tree(None), 5, 4).unwrap();
-        assert_eq!(stored.tokens, vec![1, 2]);
-        assert_eq!(stored.tree.as_ref(), Some(&tree));
-        assert!(StoredDraft::new(as_tree(None), 6, 4).is_err(), "wrong root");
-        assert!(StoredDraft::new(as_tree(Some(vec![0.25; 12])), 5, 4).is_ok());
-        assert!(
-            StoredDraft::new(as_tree(Some(vec![0.25; 8])), 5, 4).is_err(),
-            "a tree needs a q row per node"
-        );
-        let sampled = Draft::Chain(ChainDraft {
-            tokens: vec![1],
-            probs: Some(vec![0.5; 3]),
-        });
-        assert!(StoredDraft::new(sampled, 5, 4).is_err());
-        assert_eq!(
-            StoredDraft::new(chain(&[]), 5, 4).unwrap(),
-            StoredDraft::default()
-        );
     }
 
     fn request(id: u64, tokens: &[u32]) -> ProposeRequest<'_> {
@@ -312,9 +262,9 @@ mod tests {
     }
 
     #[test]
-    fn featureless_proposers_draft_without_a_tap() {
+    fn custom_proposers_draft_without_a_tap() {
         let replay = ReplayProposer::new(2, vec![vec![1, 2, 3, 4, 5]]);
-        let mut drafter = Drafter::<Flex>::featureless(Box::new(replay));
+        let mut drafter = Drafter::<Flex>::custom(Box::new(replay));
         assert_eq!(drafter.feature_tap(), &FeatureTap::None);
         assert_eq!(drafter.num_speculative_tokens(), 2);
         let drafts = drafter.draft(None, &[request(0, &[1, 2]), request(1, &[7, 7])]);
@@ -324,7 +274,7 @@ mod tests {
     #[test]
     fn a_failed_call_disables_drafting_for_its_requests_only_until_release() {
         let replay = ReplayProposer::new(2, vec![vec![1, 2, 3, 4, 5]]);
-        let mut drafter = Drafter::<Flex>::featureless(Box::new(replay));
+        let mut drafter = Drafter::<Flex>::custom(Box::new(replay));
         // A request without a committed row is rejected by the proposer.
         let drafts = drafter.draft(None, &[request(0, &[1])]);
         assert_eq!(drafts, vec![Draft::empty()]);

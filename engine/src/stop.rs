@@ -9,6 +9,36 @@
 use crate::output::{FinishReason, StopReason};
 use crate::sampling_params::SamplingParams;
 
+/// How a request ended: the reason and, when a stop condition matched, which one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Finish {
+    /// The reason (the metrics label and [`crate::RequestOutput::finish_reason`]).
+    pub reason: FinishReason,
+    /// The stop condition that matched (`reason` is `Stop`).
+    pub stop_reason: Option<StopReason>,
+}
+
+impl Finish {
+    /// `max_tokens` or `max_model_len` was reached.
+    pub const LENGTH: Finish = Finish {
+        reason: FinishReason::Length,
+        stop_reason: None,
+    };
+    /// The request was aborted.
+    pub const ABORT: Finish = Finish {
+        reason: FinishReason::Abort,
+        stop_reason: None,
+    };
+
+    /// The stop condition `stop_reason` matched.
+    pub fn stop(stop_reason: StopReason) -> Self {
+        Self {
+            reason: FinishReason::Stop,
+            stop_reason: Some(stop_reason),
+        }
+    }
+}
+
 /// One request's stop conditions.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct StopConditions {
@@ -56,22 +86,22 @@ impl StopConditions {
         num_tokens: usize,
         text: &mut String,
         new_text_start: usize,
-    ) -> Option<FinishReason> {
+    ) -> Option<Finish> {
         if num_output_tokens >= self.min_tokens {
             if self.eos_token_ids.contains(&token) {
-                return Some(FinishReason::Stop(StopReason::Eos(token)));
+                return Some(Finish::stop(StopReason::Eos(token)));
             }
             if self.stop_token_ids.contains(&token) {
-                return Some(FinishReason::Stop(StopReason::TokenId(token)));
+                return Some(Finish::stop(StopReason::TokenId(token)));
             }
             if let Some((start, stop)) = self.find_stop_string(text, new_text_start) {
                 let stop = stop.to_string();
                 text.truncate(start);
-                return Some(FinishReason::Stop(StopReason::String(stop)));
+                return Some(Finish::stop(StopReason::String(stop)));
             }
         }
         if num_output_tokens >= self.max_tokens || num_tokens >= self.max_model_len {
-            return Some(FinishReason::Length);
+            return Some(Finish::LENGTH);
         }
         None
     }
@@ -129,7 +159,7 @@ mod tests {
 
     /// Feeds `pieces` as the text of successive tokens 10, 11, ...; returns the finish reason,
     /// the index of the token that finished and the final text.
-    fn run(stop: &StopConditions, pieces: &[&str]) -> (Option<FinishReason>, usize, String) {
+    fn run(stop: &StopConditions, pieces: &[&str]) -> (Option<Finish>, usize, String) {
         let mut text = String::new();
         for (i, piece) in pieces.iter().enumerate() {
             let start = text.len();
@@ -147,7 +177,7 @@ mod tests {
         let mut text = String::new();
         assert_eq!(
             stop.check(EOS, 1, 5, &mut text, 0),
-            Some(FinishReason::Stop(StopReason::Eos(EOS)))
+            Some(Finish::stop(StopReason::Eos(EOS)))
         );
         let ignore = conditions(SamplingParams {
             ignore_eos: true,
@@ -166,17 +196,11 @@ mod tests {
         let mut text = String::new();
         assert_eq!(
             stop.check(7, 1, 5, &mut text, 0),
-            Some(FinishReason::Stop(StopReason::TokenId(7)))
+            Some(Finish::stop(StopReason::TokenId(7)))
         );
         assert_eq!(stop.check(8, 2, 6, &mut text, 0), None);
-        assert_eq!(
-            stop.check(8, 3, 7, &mut text, 0),
-            Some(FinishReason::Length)
-        );
-        assert_eq!(
-            stop.check(8, 1, 100, &mut text, 0),
-            Some(FinishReason::Length)
-        );
+        assert_eq!(stop.check(8, 3, 7, &mut text, 0), Some(Finish::LENGTH));
+        assert_eq!(stop.check(8, 1, 100, &mut text, 0), Some(Finish::LENGTH));
     }
 
     #[test]
@@ -188,7 +212,7 @@ mod tests {
         let (reason, at, text) = run(&stop, &["Hello ", "wor", "ld S", "TO", "P and more"]);
         assert_eq!(
             reason,
-            Some(FinishReason::Stop(StopReason::String("STOP".into())))
+            Some(Finish::stop(StopReason::String("STOP".into())))
         );
         assert_eq!(at, 4);
         assert_eq!(text, "Hello world ");
@@ -201,10 +225,7 @@ mod tests {
             ..SamplingParams::default()
         });
         let (reason, _, text) = run(&stop, &["a", "bcd"]);
-        assert_eq!(
-            reason,
-            Some(FinishReason::Stop(StopReason::String("bc".into())))
-        );
+        assert_eq!(reason, Some(Finish::stop(StopReason::String("bc".into()))));
         assert_eq!(text, "a");
     }
 
@@ -217,7 +238,10 @@ mod tests {
         let (reason, _, text) = run(&stop, &["ééé", "é", "!"]);
         assert!(matches!(
             reason,
-            Some(FinishReason::Stop(StopReason::String(_)))
+            Some(Finish {
+                stop_reason: Some(StopReason::String(_)),
+                ..
+            })
         ));
         assert_eq!(text, "éééé".strip_suffix('é').unwrap());
         assert_eq!(stop.holdback_bytes(), 2);

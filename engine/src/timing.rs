@@ -87,7 +87,7 @@ impl RequestTiming {
     /// Stages never reached count as zero.
     pub fn finished_stats(
         &self,
-        reason: &FinishReason,
+        reason: FinishReason,
         num_prompt_tokens: usize,
         num_generation_tokens: usize,
     ) -> FinishedRequestStats {
@@ -98,11 +98,7 @@ impl RequestTiming {
             _ => Duration::ZERO,
         };
         FinishedRequestStats {
-            finish_reason: match reason {
-                FinishReason::Stop(_) => aquila_metrics::FinishReason::Stop,
-                FinishReason::Length => aquila_metrics::FinishReason::Length,
-                FinishReason::Abort => aquila_metrics::FinishReason::Abort,
-            },
+            finish_reason: reason,
             e2e_latency: finished - self.arrival,
             queue_time: since(scheduled, Some(self.queued)),
             prefill_time: since(self.first_token, scheduled),
@@ -164,8 +160,8 @@ mod tests {
         );
         timing.finished(t0 + ms(75));
 
-        let stats = timing.finished_stats(&FinishReason::Length, 4, 2);
-        assert_eq!(stats.finish_reason, aquila_metrics::FinishReason::Length);
+        let stats = timing.finished_stats(FinishReason::Length, 4, 2);
+        assert_eq!(stats.finish_reason, FinishReason::Length);
         assert_eq!(stats.e2e_latency, ms(75));
         assert_eq!(
             stats.queue_time,
@@ -200,7 +196,7 @@ mod tests {
         let t0 = Instant::now();
         let mut timing = RequestTiming::new(t0);
         timing.finished(t0 + ms(5));
-        let stats = timing.finished_stats(&FinishReason::Abort, 3, 0);
+        let stats = timing.finished_stats(FinishReason::Abort, 3, 0);
         assert_eq!(stats.e2e_latency, ms(5));
         assert_eq!(stats.queue_time, Duration::ZERO);
         assert_eq!(stats.decode_time, Duration::ZERO);

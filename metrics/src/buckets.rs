@@ -29,6 +29,13 @@ pub const ITERATION_TOKENS_BUCKETS: &[f64] = &[
     1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0,
 ];
 
+/// Upper bounds (draft positions) for the draft length of each verified draft: every length up
+/// to 32, so that per-position rates are exact up to there.
+pub const DRAFT_LENGTH_BUCKETS: &[f64] = &[
+    1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0, 13.0, 14.0, 15.0, 16.0, 17.0,
+    18.0, 19.0, 20.0, 21.0, 22.0, 23.0, 24.0, 25.0, 26.0, 27.0, 28.0, 29.0, 30.0, 31.0, 32.0,
+];
+
 /// A group of histogram families that share one list of bucket boundaries.
 ///
 /// The names match the keys of vLLM's `--custom-histogram-buckets` option.
@@ -44,16 +51,19 @@ pub enum BucketSet {
     IterationTokens,
     /// Prompt and generation tokens per request.
     RequestTokens,
+    /// Draft positions per verified draft.
+    DraftLength,
 }
 
 impl BucketSet {
     /// Every bucket set, in declaration order.
-    pub const ALL: [BucketSet; 5] = [
+    pub const ALL: [BucketSet; 6] = [
         BucketSet::RequestLatency,
         BucketSet::TimeToFirstToken,
         BucketSet::InterTokenLatency,
         BucketSet::IterationTokens,
         BucketSet::RequestTokens,
+        BucketSet::DraftLength,
     ];
 
     /// The vLLM name of this set, as used by its `--custom-histogram-buckets` option.
@@ -64,6 +74,7 @@ impl BucketSet {
             BucketSet::InterTokenLatency => "inter_token_latency",
             BucketSet::IterationTokens => "iteration_tokens",
             BucketSet::RequestTokens => "request_tokens",
+            BucketSet::DraftLength => "draft_length",
         }
     }
 
@@ -76,6 +87,7 @@ impl BucketSet {
             BucketSet::InterTokenLatency => INTER_TOKEN_LATENCY_BUCKETS.to_vec(),
             BucketSet::IterationTokens => ITERATION_TOKENS_BUCKETS.to_vec(),
             BucketSet::RequestTokens => one_two_five_buckets(max_model_len),
+            BucketSet::DraftLength => DRAFT_LENGTH_BUCKETS.to_vec(),
         }
     }
 

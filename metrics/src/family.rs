@@ -53,6 +53,9 @@ pub enum Family {
     SpecDecodeNumAcceptedTokens,
     /// Counter with a `position` label: drafts whose token at that position was accepted.
     SpecDecodeNumAcceptedTokensPerPos,
+    /// Histogram: draft positions of each verified draft (a chain's length, a tree's depth), as
+    /// the engine chose them.
+    SpecDecodeDraftLength,
     /// Histogram: time from arrival to the first token (seconds).
     TimeToFirstToken,
     /// Histogram: time between consecutive output steps of a request (seconds).
@@ -79,7 +82,7 @@ pub enum Family {
 
 impl Family {
     /// Every family, in the order the catalog lists them.
-    pub const ALL: [Family; 22] = [
+    pub const ALL: [Family; 23] = [
         Family::NumRequestsRunning,
         Family::NumRequestsWaiting,
         Family::KvCacheUsage,
@@ -91,6 +94,7 @@ impl Family {
         Family::SpecDecodeNumDraftTokens,
         Family::SpecDecodeNumAcceptedTokens,
         Family::SpecDecodeNumAcceptedTokensPerPos,
+        Family::SpecDecodeDraftLength,
         Family::TimeToFirstToken,
         Family::InterTokenLatency,
         Family::RequestTimePerOutputToken,
@@ -136,6 +140,7 @@ impl Family {
             SpecDecodeNumDraftTokens => "spec_decode_num_draft_tokens",
             SpecDecodeNumAcceptedTokens => "spec_decode_num_accepted_tokens",
             SpecDecodeNumAcceptedTokensPerPos => "spec_decode_num_accepted_tokens_per_pos",
+            SpecDecodeDraftLength => "spec_decode_draft_length",
             TimeToFirstToken => "time_to_first_token_seconds",
             InterTokenLatency => "inter_token_latency_seconds",
             RequestTimePerOutputToken => "request_time_per_output_token_seconds",
@@ -185,6 +190,9 @@ impl Family {
             SpecDecodeNumAcceptedTokensPerPos => {
                 "Drafts whose token at this 0-based position was accepted."
             }
+            SpecDecodeDraftLength => {
+                "Draft positions per verified draft (chain length, tree depth)."
+            }
             TimeToFirstToken => "Time from request arrival to its first token, in seconds.",
             InterTokenLatency => "Time between consecutive output steps of a request, in seconds.",
             RequestTimePerOutputToken => {
@@ -231,6 +239,7 @@ impl Family {
             | RequestDecodeTime => Some(BucketSet::RequestLatency),
             RequestPromptTokens | RequestGenerationTokens => Some(BucketSet::RequestTokens),
             IterationTokens => Some(BucketSet::IterationTokens),
+            SpecDecodeDraftLength => Some(BucketSet::DraftLength),
             _ => None,
         }
     }

@@ -116,7 +116,7 @@ fn stops_are_counted_under_their_reason() {
         ..greedy(3)
     };
     let output = llm.generate(PROMPTS[0], &params).unwrap().remove(0);
-    assert!(matches!(output.finish_reason, FinishReason::Stop(_)));
+    assert_eq!(output.finish_reason, FinishReason::Stop);
     let snapshot = llm.get_metrics();
     assert_eq!(successes(&snapshot, "stop"), 1);
     assert_eq!(successes(&snapshot, "length"), 1);

@@ -94,7 +94,8 @@ fn greedy_outputs_equal_the_transformers_oracle() {
         .generate(engine_prompt(first), &SamplingParams::greedy(ORACLE_TOKENS))
         .unwrap()
         .remove(0);
-    assert_eq!(output.finish_reason, FinishReason::Stop(StopReason::Eos(2)));
+    assert_eq!(output.finish_reason, FinishReason::Stop);
+    assert_eq!(output.stop_reason, Some(StopReason::Eos(2)));
     assert_eq!(output.token_ids, first.greedy_ids[..=eos]);
     assert!(
         !output.text.contains("<|im_end|>"),

@@ -202,10 +202,8 @@ fn stop_strings_match_across_token_boundaries_and_are_cut_from_the_text() {
         ..sampled
     };
     let output = llm.generate(PROMPTS[2], &params).unwrap().remove(0);
-    assert_eq!(
-        output.finish_reason,
-        FinishReason::Stop(StopReason::String(stop))
-    );
+    assert_eq!(output.finish_reason, FinishReason::Stop);
+    assert_eq!(output.stop_reason, Some(StopReason::String(stop)));
     assert_eq!(output.text, text[..start]);
     assert_eq!(output.token_ids, tokens[..=last_token]);
 }
@@ -222,10 +220,8 @@ fn stop_token_ids_end_generation_and_min_tokens_suppresses_them() {
         ..greedy(12)
     };
     let output = llm.generate(PROMPTS[0], &params).unwrap().remove(0);
-    assert_eq!(
-        output.finish_reason,
-        FinishReason::Stop(StopReason::TokenId(stop_token))
-    );
+    assert_eq!(output.finish_reason, FinishReason::Stop);
+    assert_eq!(output.stop_reason, Some(StopReason::TokenId(stop_token)));
     assert_eq!(output.token_ids, tokens[..=first]);
 
     // With the first greedy token as a stop token and min_tokens 1, it cannot be emitted first.

@@ -1,10 +1,11 @@
 //! `disable_by_batch_size`: requests decode without drafts while more requests than the limit
-//! run, speculate once the batch has shrunk to the limit, and stay lossless throughout.
+//! run, speculate once the batch has shrunk to the limit, and stay lossless throughout, with a
+//! fixed or an adaptive draft length.
 
 use crate::common;
 
-use aquila_engine::{Llm, SpeculativeMethod};
-use common::spec::{eagle1_head, prompt_ids, run, speculative, with_speculative};
+use aquila_engine::{DraftLength, Llm, SpeculativeConfig};
+use common::spec::{eagle1_head, prompt_ids, run, with_speculative};
 use common::{config, greedy, tiny_model, token_ids, PROMPTS};
 
 const K: usize = 3;
@@ -22,8 +23,9 @@ fn speculation_waits_until_the_batch_shrinks_to_the_limit() {
     let params = [greedy(SHORT), greedy(SHORT), greedy(LONG)];
     let baseline = token_ids(&run(&mut plain, &prompts, &params));
 
-    let drafts_with_limit = |limit: Option<usize>| {
-        let mut settings = speculative(SpeculativeMethod::Eagle, Some(head.path()), K);
+    let drafts_with = |draft_length: DraftLength, limit: Option<usize>| {
+        let mut settings = SpeculativeConfig::eagle(head.path(), K);
+        settings.draft_length = draft_length;
         settings.disable_by_batch_size = limit;
         let mut llm = Llm::new(with_speculative(config(model.path()), settings)).unwrap();
         let outputs = run(&mut llm, &prompts, &params);
@@ -34,6 +36,7 @@ fn speculation_waits_until_the_batch_shrinks_to_the_limit() {
             .collect::<Vec<_>>()
     };
 
+    let drafts_with_limit = |limit| drafts_with(DraftLength::Fixed, limit);
     let unlimited = drafts_with_limit(None);
     assert!(unlimited.iter().all(|&drafts| drafts > 0), "{unlimited:?}");
     // Three requests run: a limit of three changes nothing.
@@ -44,5 +47,11 @@ fn speculation_waits_until_the_batch_shrinks_to_the_limit() {
     assert!(
         limited[2] > 0 && limited[2] < unlimited[2],
         "{limited:?} vs {unlimited:?}"
+    );
+    let adaptive = drafts_with(DraftLength::default(), Some(1));
+    assert_eq!(
+        adaptive[..2],
+        [0, 0],
+        "the limit bounds the adaptive policy too"
     );
 }

@@ -5,14 +5,14 @@
 
 use crate::common;
 
-use aquila_engine::{KvCacheBudget, Llm, SamplingParams, SpeculativeConfig, SpeculativeMethod};
-use common::spec::{eagle1_head, eagle3_head, prompt_ids, run, run_single, speculative};
+use aquila_engine::{DraftLength, KvCacheBudget, Llm, SamplingParams, SpeculativeConfig};
+use common::spec::{eagle1_head, eagle3_head, prompt_ids, run, run_single};
 use common::{config, greedy, mixed, tiny_model, PROMPTS};
 
 const MAX_TOKENS: usize = 24;
 
-/// Checks every k in 1..=5 of `make(k)` against the plain greedy baseline, batched and (for
-/// two prompts) one request at a time.
+/// Checks every k in 1..=5 of `make(k)` with a fixed draft length, and k = 3 with the adaptive
+/// one, against the plain greedy baseline, batched and (for two prompts) one request at a time.
 fn assert_lossless(model: &std::path::Path, make: impl Fn(usize) -> SpeculativeConfig) {
     let mut plain = Llm::new(config(model)).expect("plain engine");
     let prompts = prompt_ids(&plain, &PROMPTS);
@@ -21,17 +21,28 @@ fn assert_lossless(model: &std::path::Path, make: impl Fn(usize) -> SpeculativeC
         .into_iter()
         .map(|o| o.token_ids)
         .collect();
-    for k in 1..=5 {
+    let fixed = (1..=5).map(|k| (k, DraftLength::Fixed));
+    for (k, draft_length) in fixed.chain([(3, DraftLength::default())]) {
         let mut engine_config = config(model);
-        engine_config.speculative = Some(make(k));
+        engine_config.speculative = Some(SpeculativeConfig {
+            draft_length,
+            ..make(k)
+        });
         let mut llm = Llm::new(engine_config).expect("speculative engine");
         let outputs = run(&mut llm, &prompts, &params);
         let drafted: usize = outputs.iter().map(|o| o.metrics.num_draft_tokens).sum();
-        assert!(drafted > 0, "k = {k}: no draft token was verified");
+        assert!(
+            drafted > 0,
+            "k = {k} ({draft_length:?}): no draft token was verified"
+        );
         let batched: Vec<Vec<u32>> = outputs.into_iter().map(|o| o.token_ids).collect();
-        assert_eq!(batched, baseline, "batched, k = {k}");
+        assert_eq!(batched, baseline, "batched, k = {k} ({draft_length:?})");
         let single = run_single(&mut llm, &prompts[..2], &greedy(MAX_TOKENS));
-        assert_eq!(single, baseline[..2], "one at a time, k = {k}");
+        assert_eq!(
+            single,
+            baseline[..2],
+            "one at a time, k = {k} ({draft_length:?})"
+        );
     }
 }
 
@@ -39,29 +50,23 @@ fn assert_lossless(model: &std::path::Path, make: impl Fn(usize) -> SpeculativeC
 fn eagle1_random_head_is_lossless() {
     let model = tiny_model();
     let head = eagle1_head(model.path());
-    assert_lossless(model.path(), |k| {
-        speculative(SpeculativeMethod::Eagle, Some(head.path()), k)
-    });
+    assert_lossless(model.path(), |k| SpeculativeConfig::eagle(head.path(), k));
 }
 
 #[test]
 fn eagle3_random_head_is_lossless() {
     let model = tiny_model();
     let head = eagle3_head(model.path());
-    assert_lossless(model.path(), |k| {
-        speculative(SpeculativeMethod::Eagle3, Some(head.path()), k)
-    });
+    assert_lossless(model.path(), |k| SpeculativeConfig::eagle3(head.path(), k));
 }
 
 #[test]
 fn ngram_drafting_is_lossless_and_accepts_drafts() {
     let model = tiny_model();
-    assert_lossless(model.path(), |k| {
-        speculative(SpeculativeMethod::Ngram, None, k)
-    });
+    assert_lossless(model.path(), SpeculativeConfig::ngram);
     // The tiny model's greedy text repeats itself, so prompt lookup must hit.
     let mut engine_config = config(model.path());
-    engine_config.speculative = Some(speculative(SpeculativeMethod::Ngram, None, 3));
+    engine_config.speculative = Some(SpeculativeConfig::ngram(3));
     let mut llm = Llm::new(engine_config).unwrap();
     let outputs = llm.generate(PROMPTS, &greedy(MAX_TOKENS)).unwrap();
     let accepted: usize = outputs.iter().map(|o| o.metrics.num_accepted_tokens).sum();
@@ -88,7 +93,7 @@ fn tight_token_and_kv_budgets_cut_drafts_without_changing_output() {
         .max()
         .unwrap();
     let mut engine_config = config(model.path());
-    engine_config.speculative = Some(speculative(SpeculativeMethod::Eagle, Some(head.path()), 4));
+    engine_config.speculative = Some(SpeculativeConfig::eagle(head.path(), 4));
     engine_config.max_num_batched_tokens = 6;
     engine_config.kv_cache_budget = KvCacheBudget::Tokens(longest + MAX_TOKENS + 8);
     let mut llm = Llm::new(engine_config).unwrap();
@@ -108,7 +113,7 @@ fn mixed_sampling_batches_keep_greedy_requests_exact() {
     let params: Vec<SamplingParams> = mixed(MAX_TOKENS);
     let baseline = run(&mut plain, &prompts, &params);
     let mut engine_config = config(model.path());
-    engine_config.speculative = Some(speculative(SpeculativeMethod::Eagle, Some(head.path()), 3));
+    engine_config.speculative = Some(SpeculativeConfig::eagle(head.path(), 3));
     let mut llm = Llm::new(engine_config).unwrap();
     let outputs = run(&mut llm, &prompts, &params);
     for ((out, base), params) in outputs.iter().zip(&baseline).zip(&params) {

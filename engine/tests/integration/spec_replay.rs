@@ -4,7 +4,7 @@
 
 use crate::common;
 
-use aquila_engine::{Llm, Prompt, RequestOutput, SamplingParams};
+use aquila_engine::{DraftLength, Llm, Prompt, RequestOutput, SamplingParams, SpeculativeConfig};
 use aquila_metrics::SpecDecodeSummary;
 use aquila_spec_decode::proposer::ReplayProposer;
 use common::spec::{prompt_ids, run};
@@ -24,13 +24,18 @@ fn scripts(model: &std::path::Path) -> (Vec<Prompt>, Vec<RequestOutput>) {
     (prompts, outputs)
 }
 
-/// An engine whose drafter replays `outputs` with `k` tokens per step.
+/// An engine whose drafter replays `outputs` with `k` tokens every step.
 fn replaying(model: &std::path::Path, outputs: &[RequestOutput], k: usize) -> Llm {
     let scripts = outputs
         .iter()
         .map(|o| [o.prompt_token_ids.clone(), o.token_ids.clone()].concat())
         .collect();
-    Llm::with_proposer(config(model), Box::new(ReplayProposer::new(k, scripts))).unwrap()
+    let mut engine_config = config(model);
+    engine_config.speculative = Some(SpeculativeConfig {
+        draft_length: DraftLength::Fixed,
+        ..SpeculativeConfig::custom(k)
+    });
+    Llm::with_proposer(engine_config, Box::new(ReplayProposer::new(k, scripts))).unwrap()
 }
 
 /// Checks that per-request counts sum to the snapshot's counters.

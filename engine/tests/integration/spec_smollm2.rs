@@ -7,9 +7,9 @@
 
 use crate::common;
 
-use aquila_engine::{EngineConfig, Llm, SpeculativeMethod};
+use aquila_engine::{EngineConfig, Llm, SpeculativeConfig};
 use common::real_model_dir;
-use common::spec::{eagle1_head, prompt_ids, run, run_single, speculative};
+use common::spec::{eagle1_head, prompt_ids, run, run_single};
 
 const MAX_TOKENS: usize = 16;
 const PROMPTS: [&str; 2] = [
@@ -42,7 +42,7 @@ fn smollm2_greedy_speculative_output_equals_plain_output() {
     drop(plain);
     for k in [1, 3, 5] {
         let mut config = engine_config(&model);
-        config.speculative = Some(speculative(SpeculativeMethod::Eagle, Some(head.path()), k));
+        config.speculative = Some(SpeculativeConfig::eagle(head.path(), k));
         let mut llm = Llm::new(config).expect("speculative SmolLM2 engine");
         let outputs = run(&mut llm, &prompts, &params);
         let drafted: usize = outputs.iter().map(|o| o.metrics.num_draft_tokens).sum();

@@ -4,7 +4,7 @@
 
 use crate::common;
 
-use aquila_engine::{Llm, Prompt, SamplingParams};
+use aquila_engine::{DraftLength, Llm, Prompt, SamplingParams, SpeculativeConfig};
 use aquila_model_loader::model::{FeatureTap, ForwardBatch, LlamaModel, SequenceInput};
 use aquila_spec_decode::proposer::ReplayProposer;
 use burn::backend::flex::FlexDevice;
@@ -86,6 +86,10 @@ fn stochastic_speculative_output_has_the_target_distribution() {
         })
         .collect();
 
+    engine_config.speculative = Some(SpeculativeConfig {
+        draft_length: DraftLength::Fixed,
+        ..SpeculativeConfig::custom(1)
+    });
     let mut llm =
         Llm::with_proposer(engine_config, Box::new(ReplayProposer::new(1, scripts))).unwrap();
     let params: Vec<SamplingParams> = (0..SAMPLES)

@@ -4,7 +4,7 @@
 
 use crate::common;
 
-use aquila_engine::{Llm, Prompt, RequestOutput, SamplingParams};
+use aquila_engine::{DraftLength, Llm, Prompt, RequestOutput, SamplingParams, SpeculativeConfig};
 use aquila_metrics::SpecDecodeSummary;
 use aquila_spec_decode::proposer::ReplayProposer;
 use common::spec::{prompt_ids, run};
@@ -30,7 +30,7 @@ fn baseline(model: &std::path::Path, max_tokens: usize) -> (Vec<Prompt>, Vec<Req
     (prompts, outputs)
 }
 
-/// An engine whose drafter replays `outputs` as trees of depth `K` with decoys.
+/// An engine whose drafter replays `outputs` as trees of depth `K` with decoys, every step.
 fn tree_replaying(
     model: &std::path::Path,
     outputs: &[RequestOutput],
@@ -45,7 +45,12 @@ fn tree_replaying(
     if let Some((position, token)) = wrong_token_at {
         replay = replay.with_wrong_token_at(position, token);
     }
-    Llm::with_proposer(config(model), Box::new(replay)).unwrap()
+    let mut engine_config = config(model);
+    engine_config.speculative = Some(SpeculativeConfig {
+        draft_length: DraftLength::Fixed,
+        ..SpeculativeConfig::custom(K)
+    });
+    Llm::with_proposer(engine_config, Box::new(replay)).unwrap()
 }
 
 fn summary(llm: &Llm) -> SpecDecodeSummary {

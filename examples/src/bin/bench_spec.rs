@@ -1,18 +1,17 @@
-//! Speculative decoding at temperature 0 (on the CPU unless `--device` says otherwise):
-//! baseline tokens/s, then n-gram, EAGLE-1 and (with a shipped or given head) EAGLE-3 drafting
-//! (tokens/s, mean acceptance length, speedup),
-//! and the cost of one verification step of k + 1 rows relative to a one-row decode step, which
-//! decides whether speculation can pay here.
+//! Speculative decoding at temperature 0 (on the CPU unless `--device` says otherwise): baseline tokens/s, then n-gram, EAGLE-1 and
+//! (with a shipped or given head) EAGLE-3 drafting with a fixed k (tokens/s, mean acceptance
+//! length, speedup), and the cost of one verification step of k + 1 rows relative to a one-row
+//! decode step, which decides whether speculation can pay here. Then the adaptive draft length
+//! of every drafter at several numbers of requests in flight, each against the plain engine at
+//! the same number, and the best fixed k of every drafter with one request in flight.
 //!
 //! ```text
 //! cargo xtask bench spec [-- --draft DIR --draft-eagle3 DIR --k 3 --num-prompts 8
-//!                         --max-tokens 64 --max-num-seqs 1]
+//!                         --max-tokens 64 --max-num-seqs 1 --in-flight 1,4,8,16]
 //! ```
 
 use anyhow::{bail, Context, Result};
-use aquila_engine::{
-    EngineConfig, Llm, Prompt, SamplingParams, SpeculativeConfig, SpeculativeMethod,
-};
+use aquila_engine::{DraftLength, EngineConfig, Llm, Prompt, SamplingParams, SpeculativeConfig};
 use aquila_examples::device::{BackendTask, DeviceArgs, DeviceChoice};
 use aquila_examples::heads;
 use aquila_examples::paths::default_model_dir;
@@ -30,11 +29,11 @@ use std::time::{Duration, Instant};
 #[derive(Parser, Debug)]
 #[command(name = "bench-spec", about)]
 struct Args {
+    #[command(flatten)]
+    device: DeviceArgs,
     /// Target model directory; defaults to the workspace's SmolLM2 import.
     #[arg(long)]
     model: Option<PathBuf>,
-    #[command(flatten)]
-    device: DeviceArgs,
     /// EAGLE-1 head; defaults to the shipped head, else an untrained one.
     #[arg(long)]
     draft: Option<PathBuf>,
@@ -59,6 +58,33 @@ struct Args {
     /// Timed repetitions of each forward in the verification-cost measurement.
     #[arg(long, default_value_t = 10)]
     repeats: usize,
+    /// Requests in flight of the adaptive rows (each gets at least that many prompts); empty
+    /// skips them.
+    #[arg(long, value_delimiter = ',', default_value = "1,4,8,16")]
+    in_flight: Vec<usize>,
+}
+
+/// A drafter of the benchmark: its name and its configuration for a given k.
+struct Drafter {
+    name: &'static str,
+    config: Box<dyn Fn(usize) -> SpeculativeConfig>,
+}
+
+impl Drafter {
+    /// Its configuration drafting `k` tokens with `draft_length`.
+    fn speculative(&self, k: usize, draft_length: DraftLength) -> SpeculativeConfig {
+        SpeculativeConfig {
+            draft_length,
+            ..(self.config)(k)
+        }
+    }
+}
+
+/// Where and how much one run generates.
+#[derive(Clone, Copy, Debug)]
+struct Workload {
+    max_num_seqs: Option<usize>,
+    num_prompts: usize,
 }
 
 /// One end-to-end configuration's result.
@@ -73,6 +99,9 @@ fn main() -> Result<()> {
     let args = Args::parse();
     if args.k == 0 || args.num_prompts == 0 || args.max_tokens == 0 || args.repeats == 0 {
         bail!("--k, --num-prompts, --max-tokens and --repeats must be positive");
+    }
+    if args.in_flight.contains(&0) {
+        bail!("--in-flight counts must be positive");
     }
     let device = args.device.resolve()?;
     let model = args.model.clone().unwrap_or_else(default_model_dir);
@@ -97,28 +126,70 @@ fn main() -> Result<()> {
         model_dir: &model,
         args: &args,
     })??;
-    let mut configs: Vec<(String, Option<SpeculativeConfig>)> = vec![
-        ("baseline".to_string(), None),
-        (
-            format!("n-gram, k = {}", args.k),
-            Some(SpeculativeConfig::new(SpeculativeMethod::Ngram, args.k)),
-        ),
-        (
-            format!("EAGLE-1, k = {}", args.k),
-            Some(SpeculativeConfig {
-                draft_model: Some(draft.clone()),
-                ..SpeculativeConfig::new(SpeculativeMethod::Eagle, args.k)
-            }),
-        ),
+    let mut drafters = vec![
+        Drafter {
+            name: "n-gram",
+            config: Box::new(SpeculativeConfig::ngram),
+        },
+        Drafter {
+            name: "EAGLE-1",
+            config: {
+                let draft = draft.clone();
+                Box::new(move |k| SpeculativeConfig::eagle(&draft, k))
+            },
+        },
     ];
-    if let Some(dir) = &draft_eagle3 {
+    if let Some(dir) = draft_eagle3.clone() {
+        drafters.push(Drafter {
+            name: "EAGLE-3",
+            config: Box::new(move |k| SpeculativeConfig::eagle3(&dir, k)),
+        });
+    }
+    let workload = Workload {
+        max_num_seqs: args.max_num_seqs,
+        num_prompts: args.num_prompts,
+    };
+    let mut configs: Vec<(String, Option<SpeculativeConfig>, Workload)> =
+        vec![("baseline".to_string(), None, workload)];
+    for drafter in &drafters {
         configs.push((
-            format!("EAGLE-3, k = {}", args.k),
-            Some(SpeculativeConfig {
-                draft_model: Some(dir.clone()),
-                ..SpeculativeConfig::new(SpeculativeMethod::Eagle3, args.k)
-            }),
+            format!("{}, k = {}", drafter.name, args.k),
+            Some(drafter.speculative(args.k, DraftLength::Fixed)),
+            workload,
         ));
+    }
+    let fixed_rows = configs.len();
+    for &in_flight in &args.in_flight {
+        let workload = Workload {
+            max_num_seqs: Some(in_flight),
+            num_prompts: args.num_prompts.max(in_flight),
+        };
+        configs.push((format!("{in_flight} baseline"), None, workload));
+        for drafter in &drafters {
+            let adaptive = drafter.speculative(args.k, DraftLength::default());
+            configs.push((
+                format!("{in_flight} {} adaptive", drafter.name),
+                Some(adaptive),
+                workload,
+            ));
+        }
+    }
+    let one_in_flight = Workload {
+        max_num_seqs: Some(1),
+        num_prompts: args.num_prompts,
+    };
+    let best_fixed_from = configs.len();
+    if args.in_flight.contains(&1) {
+        for drafter in &drafters {
+            for k in 1..=args.k {
+                let fixed = drafter.speculative(k, DraftLength::Fixed);
+                configs.push((
+                    format!("1 {} k = {k}", drafter.name),
+                    Some(fixed),
+                    one_in_flight,
+                ));
+            }
+        }
     }
     let progress = ProgressBar::new(configs.len() as u64);
     progress.set_style(
@@ -126,12 +197,13 @@ fn main() -> Result<()> {
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let mut rows = Vec::new();
-    for (name, speculative) in configs {
+    for (name, speculative, workload) in configs {
         progress.set_message(name.clone());
-        rows.push(run_config(&model, device, name, speculative, &args)?);
+        rows.push(run_config(&model, device, name, speculative, workload, &args)?);
         progress.inc(1);
     }
     progress.finish_and_clear();
+    let adaptive_rows = rows.split_off(fixed_rows);
 
     println!(
         "SmolLM2 on {device}, temperature 0, {} prompts x {} tokens; EAGLE-1 draft: {}",
@@ -151,27 +223,85 @@ fn main() -> Result<()> {
     );
     let baseline = rows[0].report.output_tokens_per_second();
     println!(
-        "{:<18} {:>10} {:>12} {:>9} {:>8}",
+        "{:<24} {:>10} {:>12} {:>9} {:>8}",
         "configuration", "tokens/s", "mean accept", "speedup", "match"
     );
     for row in &rows {
-        let matching = row
-            .token_ids
-            .iter()
-            .zip(&rows[0].token_ids)
-            .filter(|(a, b)| a == b)
-            .count();
-        println!(
-            "{:<18} {:>10.1} {:>12.2} {:>8.2}x {:>5}/{}",
-            row.name,
-            row.report.output_tokens_per_second(),
-            row.report.summary.mean_acceptance_length(),
-            row.report.output_tokens_per_second() / baseline,
-            matching,
-            row.token_ids.len()
-        );
+        print_row(row, &rows[0], baseline);
+    }
+    if !args.in_flight.is_empty() {
+        print_adaptive(&adaptive_rows, drafters.len(), best_fixed_from - fixed_rows);
     }
     Ok(())
+}
+
+/// Prints one configuration's line against its `baseline` row (`baseline_tps` tokens/s).
+fn print_row(row: &Row, baseline: &Row, baseline_tps: f64) {
+    let matching = row
+        .token_ids
+        .iter()
+        .zip(&baseline.token_ids)
+        .filter(|(a, b)| a == b)
+        .count();
+    println!(
+        "{:<24} {:>10.1} {:>12.2} {:>8.2}x {:>5}/{}",
+        row.name,
+        row.report.output_tokens_per_second(),
+        row.report.summary.mean_acceptance_length(),
+        row.report.output_tokens_per_second() / baseline_tps,
+        matching,
+        row.token_ids.len()
+    );
+}
+
+/// Prints the adaptive rows (groups of a baseline and `drafters` adaptive rows, one per
+/// number in flight, then the fixed-k rows at one request from `fixed_from`), each against
+/// the baseline of its group, and each drafter's best fixed k at one request.
+fn print_adaptive(rows: &[Row], drafters: usize, fixed_from: usize) {
+    println!("adaptive draft length, against the plain engine with as many requests in flight:");
+    println!(
+        "{:<24} {:>10} {:>12} {:>9} {:>8}",
+        "in flight, configuration", "tokens/s", "mean accept", "speedup", "match"
+    );
+    let (groups, fixed) = rows.split_at(fixed_from);
+    let mut adaptive_at_one = Vec::new();
+    let mut baseline_at_one = None;
+    for group in groups.chunks(drafters + 1) {
+        let baseline = &group[0];
+        let baseline_tps = baseline.report.output_tokens_per_second();
+        for row in group {
+            print_row(row, baseline, baseline_tps);
+        }
+        if baseline.name.starts_with("1 ") {
+            adaptive_at_one = group[1..].iter().collect();
+            baseline_at_one = Some(baseline);
+        }
+    }
+    let Some(baseline) = baseline_at_one else {
+        return;
+    };
+    let baseline_tps = baseline.report.output_tokens_per_second();
+    println!("fixed k with one request in flight:");
+    for row in fixed {
+        print_row(row, baseline, baseline_tps);
+    }
+    let per_drafter = fixed.len() / drafters.max(1);
+    for (adaptive, fixed) in adaptive_at_one.iter().zip(fixed.chunks(per_drafter.max(1))) {
+        let Some(best) = fixed.iter().max_by(|a, b| {
+            let tps = |row: &Row| row.report.output_tokens_per_second();
+            tps(a).total_cmp(&tps(b))
+        }) else {
+            continue;
+        };
+        println!(
+            "{}: {:.1} tokens/s against the best fixed k ({}: {:.1} tokens/s), {:.2}x",
+            adaptive.name,
+            adaptive.report.output_tokens_per_second(),
+            best.name,
+            best.report.output_tokens_per_second(),
+            adaptive.report.output_tokens_per_second() / best.report.output_tokens_per_second()
+        );
+    }
 }
 
 fn ms(duration: Duration) -> f64 {
@@ -184,16 +314,17 @@ fn run_config(
     device: DeviceChoice,
     name: String,
     speculative: Option<SpeculativeConfig>,
+    workload: Workload,
     args: &Args,
 ) -> Result<Row> {
     let mut config = EngineConfig::new(model);
     device.apply(&mut config);
     config.speculative = speculative;
-    if let Some(max_num_seqs) = args.max_num_seqs {
+    if let Some(max_num_seqs) = workload.max_num_seqs {
         config.max_num_seqs = max_num_seqs;
     }
     let mut llm = Llm::new(config).with_context(|| format!("starting `{name}`"))?;
-    let prompts: Vec<Prompt> = builtin_chat_prompts(args.num_prompts);
+    let prompts: Vec<Prompt> = builtin_chat_prompts(workload.num_prompts);
     let params = SamplingParams::greedy(args.max_tokens);
     llm.generate(prompts[..1].to_vec(), &params)?;
     let before = llm.get_metrics();

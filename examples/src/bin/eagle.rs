@@ -5,8 +5,8 @@
 
 use anyhow::{bail, Context, Result};
 use aquila_engine::{
-    DraftTreeConfig, EngineConfig, Llm, Prompt, RequestOutput, SamplingParams, SpeculativeConfig,
-    SpeculativeMethod,
+    DraftLength, DraftTreeConfig, EagleDrafter, EngineConfig, Llm, NgramDrafter, Prompt,
+    RequestOutput, SamplingParams, SpeculativeConfig, SpeculativeMethod,
 };
 use aquila_examples::device::{DeviceArgs, DeviceChoice};
 use aquila_examples::heads;
@@ -46,6 +46,14 @@ struct Args {
     /// Speculate only while at most this many requests run (larger batches decode plainly).
     #[arg(long)]
     disable_by_batch_size: Option<usize>,
+    /// `adaptive`: each step, each request drafts the length (0 to --num-spec-tokens) that
+    /// maximizes expected tokens per second from the engine's own timings; `fixed`: always
+    /// --num-spec-tokens.
+    #[arg(long, value_enum, default_value_t = DraftLengthArg::Adaptive)]
+    draft_length: DraftLengthArg,
+    /// With `--draft-length adaptive`: fewest draft tokens per request and step.
+    #[arg(long, default_value_t = 0)]
+    min_draft_tokens: usize,
     /// Sampling temperature (0 = greedy).
     #[arg(long, default_value_t = 0.0)]
     temperature: f32,
@@ -92,6 +100,15 @@ enum Method {
     Eagle3,
     /// Prompt-lookup n-grams (no draft model).
     Ngram,
+}
+
+/// How many tokens each request drafts per step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum DraftLengthArg {
+    /// Chosen per request and step by the engine's cost model.
+    Adaptive,
+    /// Always --num-spec-tokens.
+    Fixed,
 }
 
 /// The method asked for, or the default: the shipped EAGLE-3 head when there is one.
@@ -209,31 +226,54 @@ fn main() -> Result<()> {
     println!("device: {device}");
     let chosen = resolve_method(&args);
     let draft = resolve_draft(&args, chosen, &model_dir)?;
-    let method = match chosen {
-        Method::Eagle => SpeculativeMethod::Eagle,
-        Method::Eagle3 => SpeculativeMethod::Eagle3,
-        Method::Ngram => SpeculativeMethod::Ngram,
+    let tree = (args.tree_nodes > 0).then_some(DraftTreeConfig {
+        top_k: args.tree_top_k,
+        num_nodes: args.tree_nodes,
+    });
+    let method = match (chosen, draft) {
+        (Method::Eagle, Some(draft_model)) => {
+            SpeculativeMethod::Eagle(EagleDrafter { draft_model, tree })
+        }
+        (Method::Eagle3, Some(draft_model)) => {
+            SpeculativeMethod::Eagle3(EagleDrafter { draft_model, tree })
+        }
+        (Method::Ngram, _) if tree.is_some() => {
+            bail!("--tree-nodes needs an EAGLE method; n-gram drafting proposes chains")
+        }
+        (Method::Ngram, _) => SpeculativeMethod::Ngram(NgramDrafter::default()),
+        (_, None) => bail!("an EAGLE method needs a draft head (--draft DIR)"),
     };
     let mut speculative = SpeculativeConfig::new(method, args.num_spec_tokens);
-    speculative.draft_model = draft;
     speculative.disable_by_batch_size = args.disable_by_batch_size;
-    if args.tree_nodes > 0 {
-        speculative.tree = Some(DraftTreeConfig {
-            top_k: args.tree_top_k,
-            num_nodes: args.tree_nodes,
-        });
-    }
+    speculative.draft_length = match args.draft_length {
+        DraftLengthArg::Adaptive => DraftLength::Adaptive {
+            min_draft_tokens: args.min_draft_tokens,
+        },
+        DraftLengthArg::Fixed if args.min_draft_tokens > 0 => {
+            bail!("--min-draft-tokens bounds --draft-length adaptive only")
+        }
+        DraftLengthArg::Fixed => DraftLength::Fixed,
+    };
     let prompts = load_prompts(&args)?;
     let params = sampling_params(&args)?;
-    let shape = match speculative.tree {
+    let shape = match tree {
         Some(tree) => format!(
             "EAGLE-2 trees of depth {}, top-k {}, {} draft tokens",
             args.num_spec_tokens, tree.top_k, tree.num_nodes
         ),
         None => format!("k = {}", args.num_spec_tokens),
     };
+    let length = match speculative.draft_length {
+        DraftLength::Fixed => "fixed draft length".to_string(),
+        DraftLength::Adaptive {
+            min_draft_tokens: 0,
+        } => "adaptive draft length".to_string(),
+        DraftLength::Adaptive { min_draft_tokens } => {
+            format!("adaptive draft length (at least {min_draft_tokens})")
+        }
+    };
     println!(
-        "{} prompts, {shape}, temperature {}, max_tokens {}",
+        "{} prompts, {shape}, {length}, temperature {}, max_tokens {}",
         prompts.len(),
         args.temperature,
         args.max_tokens

@@ -11,8 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use aquila_engine::{
-    ChatMessage, EngineConfig, FinishReason, Llm, Prompt, RequestDelta, RequestOutput,
-    SamplingParams, StopReason,
+    ChatMessage, EngineConfig, Llm, Prompt, RequestDelta, RequestOutput, SamplingParams, StopReason,
 };
 use aquila_examples::device::DeviceArgs;
 use aquila_examples::paths::default_model_dir;
@@ -87,16 +86,11 @@ struct JsonOutput<'a> {
 
 impl<'a> From<&'a RequestOutput> for JsonOutput<'a> {
     fn from(output: &'a RequestOutput) -> Self {
-        let stop_reason = match &output.finish_reason {
-            FinishReason::Stop(StopReason::Eos(id)) => Some(serde_json::json!({ "eos": id })),
-            FinishReason::Stop(StopReason::TokenId(id)) => {
-                Some(serde_json::json!({ "token_id": id }))
-            }
-            FinishReason::Stop(StopReason::String(text)) => {
-                Some(serde_json::json!({ "string": text }))
-            }
-            FinishReason::Length | FinishReason::Abort => None,
-        };
+        let stop_reason = output.stop_reason.as_ref().map(|reason| match reason {
+            StopReason::Eos(id) => serde_json::json!({ "eos": id }),
+            StopReason::TokenId(id) => serde_json::json!({ "token_id": id }),
+            StopReason::String(text) => serde_json::json!({ "string": text }),
+        });
         JsonOutput {
             request_id: output.request_id,
             prompt: output.prompt.as_deref(),
@@ -197,7 +191,7 @@ fn print_output(output: &RequestOutput) {
     println!(
         "finish: {} ({:?}), {} prompt + {} generated tokens",
         output.finish_reason.as_str(),
-        output.finish_reason,
+        output.stop_reason,
         output.prompt_token_ids.len(),
         output.token_ids.len()
     );

@@ -1,9 +1,7 @@
 //! The eagle example's report is computed from the metrics snapshot alone; these tests check its
 //! numbers against the per-request counts the engine returns with each output.
 
-use aquila_engine::{
-    EngineConfig, Llm, Prompt, SamplingParams, SpeculativeConfig, SpeculativeMethod,
-};
+use aquila_engine::{DraftLength, EngineConfig, Llm, Prompt, SamplingParams, SpeculativeConfig};
 use aquila_examples::report::SpecDecodeReport;
 use aquila_model_loader::fixtures::llama::{write_tiny_llama, TinyLlamaOptions};
 use std::time::Instant;
@@ -19,7 +17,11 @@ fn report_numbers_equal_the_sums_of_per_request_counts() {
     let model = tiny_model();
     for k in [1, 3] {
         let mut config = EngineConfig::new(model.path());
-        config.speculative = Some(SpeculativeConfig::new(SpeculativeMethod::Ngram, k));
+        // A fixed length, so every step drafts (n-gram drafts still vary in length).
+        config.speculative = Some(SpeculativeConfig {
+            draft_length: DraftLength::Fixed,
+            ..SpeculativeConfig::ngram(k)
+        });
         let mut llm = Llm::new(config).expect("engine");
         let prompts: Vec<Prompt> = ["abab abab abab", "hello hello", "1212121212"]
             .into_iter()
@@ -65,12 +67,15 @@ fn report_numbers_equal_the_sums_of_per_request_counts() {
         );
         let per_position = report.summary.per_position_acceptance_rates();
         assert_eq!(per_position.len(), k, "k = {k}");
-        // Acceptance at position i counts drafts that accepted at least i + 1 tokens, so the
-        // rates sum to accepted / drafts.
-        let rate_sum: f64 = per_position.iter().sum();
-        assert!(
-            (rate_sum - accepted as f64 / drafts as f64).abs() < 1e-9,
-            "k = {k}"
-        );
+        // Acceptance at position i counts the drafts that accepted at least i + 1 tokens among
+        // those long enough to reach i, so rate times reach sums to the accepted tokens.
+        let reached = &report.summary.drafts_per_position;
+        assert_eq!(reached.first(), Some(&drafts), "k = {k}");
+        let accepted_sum: f64 = per_position
+            .iter()
+            .zip(reached)
+            .map(|(rate, &reached)| rate * reached as f64)
+            .sum();
+        assert!((accepted_sum - accepted as f64).abs() < 1e-9, "k = {k}");
     }
 }

@@ -3,23 +3,27 @@
 //! as without it.
 //! Needs `models/smollm2-135m-instruct` (`cargo xtask import-model`, which CI runs first).
 
-use aquila_engine::{EngineConfig, Llm, SamplingParams, SpeculativeConfig, SpeculativeMethod};
+use aquila_engine::{EngineConfig, Llm, SamplingParams, SpeculativeConfig};
 use aquila_examples::heads::{shipped_eagle3_head_dir, shipped_head_dir};
 use aquila_examples::prompts::builtin_chat_prompts;
 use std::path::PathBuf;
 
 #[test]
 fn shipped_eagle3_head_is_accepted_and_lossless() {
-    check_shipped_head(SpeculativeMethod::Eagle3, shipped_eagle3_head_dir());
+    check_shipped_head(
+        |dir| SpeculativeConfig::eagle3(dir, 3),
+        shipped_eagle3_head_dir(),
+    );
 }
 
 #[test]
 fn shipped_eagle1_head_is_accepted_and_lossless() {
-    check_shipped_head(SpeculativeMethod::Eagle, shipped_head_dir());
+    check_shipped_head(|dir| SpeculativeConfig::eagle(dir, 3), shipped_head_dir());
 }
 
-/// Runs the head in `dir` with `method` on three unseen prompts against the plain engine.
-fn check_shipped_head(method: SpeculativeMethod, dir: PathBuf) {
+/// Runs the head in `dir`, configured by `speculative`, on three unseen prompts against the
+/// plain engine.
+fn check_shipped_head(speculative: fn(PathBuf) -> SpeculativeConfig, dir: PathBuf) {
     let Some(model) = aquila_testdata::real_model_dir() else {
         return;
     };
@@ -27,8 +31,8 @@ fn check_shipped_head(method: SpeculativeMethod, dir: PathBuf) {
     let params = SamplingParams::greedy(24);
 
     let mut config = EngineConfig::new(&model);
-    let mut speculative = SpeculativeConfig::new(method, 3);
-    speculative.draft_model = Some(dir);
+    let speculative = speculative(dir);
+    let method = speculative.method.name();
     config.speculative = Some(speculative);
     let mut llm = Llm::new(config).expect("the shipped head loads against SmolLM2");
     let outputs = llm.generate(prompts.clone(), &params).expect("generation");

@@ -3,15 +3,17 @@
 use std::sync::{PoisonError, RwLock};
 
 use aquila_spec_decode::SpecDecodeEvent;
-use prometheus::{IntCounter, IntCounterVec};
+use prometheus::{Histogram, IntCounter, IntCounterVec};
 
 use super::families::{bind, Families};
 use crate::config::MAX_DRAFT_POSITIONS;
 use crate::error::MetricsError;
 
-/// Draft, draft-token and accepted-token counters, and one accepted counter per draft position.
+/// Draft, draft-token and accepted-token counters, one accepted counter per draft position, and
+/// the histogram of draft lengths.
 pub(crate) struct SpecDecodeSeries {
     drafts: IntCounter,
+    draft_length: Histogram,
     draft_tokens: IntCounter,
     accepted_tokens: IntCounter,
     /// Children of the per-position family, index = position; grows with deeper drafts.
@@ -32,6 +34,7 @@ impl SpecDecodeSeries {
         let labels = [model_name, engine];
         let series = SpecDecodeSeries {
             drafts: bind(&families.drafts, &labels)?,
+            draft_length: bind(&families.draft_length, &labels)?,
             draft_tokens: bind(&families.draft_tokens, &labels)?,
             accepted_tokens: bind(&families.accepted_tokens, &labels)?,
             per_position: RwLock::new(Vec::with_capacity(k)),
@@ -57,6 +60,7 @@ impl SpecDecodeSeries {
             );
         }
         self.drafts.inc();
+        self.draft_length.observe(event.draft_depth as f64);
         self.draft_tokens.inc_by(event.num_draft_tokens as u64);
         self.accepted_tokens
             .inc_by(event.num_accepted_tokens as u64);

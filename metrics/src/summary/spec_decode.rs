@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::per_second;
 use crate::family::{Family, ENGINE_LABEL};
 use crate::namespace::Namespace;
-use crate::snapshot::Snapshot;
+use crate::snapshot::{Histogram, Snapshot};
 
 /// Acceptance figures over the span a snapshot covers (since the recorder started, or a delta's
 /// interval), summed over every engine unless the snapshot was narrowed with
@@ -23,6 +23,11 @@ pub struct SpecDecodeSummary {
     pub accepted_tokens: u64,
     /// `accepted_per_position[i]`: drafts whose token at position `i` was accepted.
     pub accepted_per_position: Vec<u64>,
+    /// `drafts_per_position[i]`: drafts long enough to have a token at position `i` (draft
+    /// lengths vary per request and step). Empty when the snapshot has no draft-length
+    /// histogram: every draft then counts for every position.
+    #[serde(default)]
+    pub drafts_per_position: Vec<u64>,
     /// The span the counts cover, when known.
     pub window: Option<Duration>,
 }
@@ -32,13 +37,22 @@ impl SpecDecodeSummary {
     /// label set. Missing families count as zero.
     pub fn from_snapshot(snapshot: &Snapshot, namespace: Namespace) -> Self {
         let counter = |family: Family| snapshot.counter_total(&family.name(namespace)).unwrap_or(0);
+        let accepted_per_position = snapshot
+            .vector_total(&Family::SpecDecodeNumAcceptedTokensPerPos.name(namespace))
+            .unwrap_or_default();
+        let lengths = snapshot
+            .histogram_total(&Family::SpecDecodeDraftLength.name(namespace))
+            .ok()
+            .flatten();
+        let drafts_per_position = lengths
+            .map(|lengths| drafts_reaching(&lengths, accepted_per_position.len()))
+            .unwrap_or_default();
         SpecDecodeSummary {
             drafts: counter(Family::SpecDecodeNumDrafts),
             draft_tokens: counter(Family::SpecDecodeNumDraftTokens),
             accepted_tokens: counter(Family::SpecDecodeNumAcceptedTokens),
-            accepted_per_position: snapshot
-                .vector_total(&Family::SpecDecodeNumAcceptedTokensPerPos.name(namespace))
-                .unwrap_or_default(),
+            accepted_per_position,
+            drafts_per_position,
             window: snapshot.window,
         }
     }
@@ -68,12 +82,20 @@ impl SpecDecodeSummary {
         1.0 + ratio(self.accepted_tokens, self.drafts)
     }
 
-    /// For each draft position, the fraction of drafts whose token there was accepted (zeros when
-    /// there were no drafts).
+    /// For each draft position, the fraction of the drafts that reached it whose token there
+    /// was accepted (zeros where no draft reached).
     pub fn per_position_acceptance_rates(&self) -> Vec<f64> {
         self.accepted_per_position
             .iter()
-            .map(|accepted| ratio(*accepted, self.drafts))
+            .enumerate()
+            .map(|(position, &accepted)| {
+                let reached = self
+                    .drafts_per_position
+                    .get(position)
+                    .copied()
+                    .unwrap_or(self.drafts);
+                ratio(accepted, reached)
+            })
             .collect()
     }
 
@@ -108,6 +130,23 @@ impl SpecDecodeSummary {
             100.0 * self.acceptance_rate(),
         )
     }
+}
+
+/// For positions `0..positions`, the observations of the draft-length histogram `lengths`
+/// above the position (drafts with a token there): exact where the histogram has a bucket
+/// bound at the position.
+fn drafts_reaching(lengths: &Histogram, positions: usize) -> Vec<u64> {
+    (0..positions)
+        .map(|position| {
+            let at_or_below = lengths
+                .buckets
+                .iter()
+                .take_while(|bucket| bucket.upper_bound <= position as f64)
+                .last()
+                .map_or(0, |bucket| bucket.cumulative_count);
+            lengths.count.saturating_sub(at_or_below)
+        })
+        .collect()
 }
 
 fn ratio(numerator: u64, denominator: u64) -> f64 {
@@ -146,6 +185,7 @@ mod tests {
             draft_tokens: 15,
             accepted_tokens: 9,
             accepted_per_position: vec![5, 3, 1],
+            drafts_per_position: Vec::new(),
             window: Some(Duration::from_secs(2)),
         };
         assert_eq!(

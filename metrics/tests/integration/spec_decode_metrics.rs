@@ -284,3 +284,39 @@ fn engine_metrics_after_a_workload() {
         Some(10)
     );
 }
+
+#[test]
+fn variable_draft_lengths_are_counted_exactly() {
+    let recorder = recorder_with(3, &["0"]);
+    // (length, accepted): lengths chosen per request and step, 0 drafts not being drafts.
+    let drafts = [(3, 3), (1, 1), (2, 0), (3, 1), (1, 0), (2, 2)];
+    for (length, accepted) in drafts {
+        recorder.record_spec_decode(&draft(length, accepted));
+    }
+    recorder.record_spec_decode(&draft(0, 0));
+    let summary = summary(&recorder);
+    assert_eq!(summary.drafts, 6);
+    assert_eq!(summary.draft_tokens, 12);
+    assert_eq!(summary.accepted_tokens, 7);
+    assert!((summary.mean_acceptance_length() - (1.0 + 7.0 / 6.0)).abs() < 1e-12);
+    assert_eq!(summary.accepted_per_position, vec![4, 2, 1]);
+    assert_eq!(summary.drafts_per_position, vec![6, 4, 2]);
+    let rates = summary.per_position_acceptance_rates();
+    for (rate, expected) in rates.iter().zip([4.0 / 6.0, 2.0 / 4.0, 1.0 / 2.0]) {
+        assert!((rate - expected).abs() < 1e-12, "{rates:?}");
+    }
+    let lengths = recorder
+        .snapshot()
+        .histogram_total(&Family::SpecDecodeDraftLength.name(recorder.namespace()))
+        .unwrap()
+        .unwrap();
+    assert_eq!(lengths.count, 6);
+    assert_eq!(lengths.sum, 12.0);
+    assert_eq!(&lengths.bucket_counts()[..4], &[2, 2, 2, 0]);
+    let earlier = recorder.snapshot();
+    let delta = recorder.snapshot().delta(&earlier).unwrap();
+    assert_eq!(
+        SpecDecodeSummary::from_snapshot(&delta, recorder.namespace()).drafts_per_position,
+        vec![0, 0, 0]
+    );
+}

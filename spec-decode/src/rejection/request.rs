@@ -1,5 +1,6 @@
 //! What one request hands to the verifier, and what it gets back.
 
+use crate::events::SpecDecodeEvent;
 use crate::sampling::{RequestRng, SamplingConfig};
 use crate::tree::DraftTree;
 
@@ -78,9 +79,25 @@ pub struct VerifyOutcome {
     /// The emitted tokens: the accepted draft tokens, then the recovered token (first
     /// rejection) or the bonus token (everything accepted). Never empty.
     pub tokens: Vec<u32>,
+    /// Draft tokens that were verified (chain: its length; tree: its nodes after the root).
+    pub num_draft_tokens: usize,
+    /// Draft positions that were verified (chain: its length; tree: its depth).
+    pub draft_depth: usize,
 }
 
 impl VerifyOutcome {
+    /// The event of this verification for request `request_id`, of which only the first
+    /// `num_emitted` tokens were emitted (a stop condition may end the request inside an
+    /// accepted run); `None` when nothing was drafted.
+    pub fn event(&self, request_id: u64, num_emitted: usize) -> Option<SpecDecodeEvent> {
+        (self.num_draft_tokens > 0).then(|| SpecDecodeEvent {
+            request_id,
+            num_draft_tokens: self.num_draft_tokens,
+            draft_depth: self.draft_depth,
+            num_accepted_tokens: self.num_accepted().min(num_emitted),
+        })
+    }
+
     /// Number of accepted draft tokens.
     pub fn num_accepted(&self) -> usize {
         self.tokens.len() - 1

@@ -20,6 +20,20 @@ pub(crate) trait DraftShape {
     fn token(&self, node: usize) -> u32;
     /// The children of `node`, in the order they are tried.
     fn children(&self, node: usize) -> impl Iterator<Item = usize> + '_;
+    /// Draft nodes after the root.
+    fn num_drafts(&self) -> usize;
+    /// The deepest draft position (the root is depth 0).
+    fn draft_depth(&self) -> usize;
+
+    /// The outcome of a walk that kept `path` and emitted `tokens` over this draft.
+    fn outcome(&self, path: Vec<usize>, tokens: Vec<u32>) -> VerifyOutcome {
+        VerifyOutcome {
+            path,
+            tokens,
+            num_draft_tokens: self.num_drafts(),
+            draft_depth: self.draft_depth(),
+        }
+    }
 }
 
 /// A chain draft: node `i >= 1` holds draft token `i - 1`.
@@ -35,6 +49,14 @@ impl DraftShape for ChainShape<'_> {
     fn children(&self, node: usize) -> impl Iterator<Item = usize> + '_ {
         (node + 1)..(node + 2).min(self.drafts.len() + 1)
     }
+
+    fn num_drafts(&self) -> usize {
+        self.drafts.len()
+    }
+
+    fn draft_depth(&self) -> usize {
+        self.drafts.len()
+    }
 }
 
 impl DraftShape for DraftTree {
@@ -44,6 +66,14 @@ impl DraftShape for DraftTree {
 
     fn children(&self, node: usize) -> impl Iterator<Item = usize> + '_ {
         DraftTree::children(self, node).iter().copied()
+    }
+
+    fn num_drafts(&self) -> usize {
+        DraftTree::num_drafts(self)
+    }
+
+    fn draft_depth(&self) -> usize {
+        self.max_depth()
     }
 }
 
@@ -64,7 +94,7 @@ pub(crate) fn greedy_walk(
             .find(|&child| shape.token(child) == best)
         {
             Some(child) => path.push(child),
-            None => return VerifyOutcome { path, tokens },
+            None => return shape.outcome(path, tokens),
         }
     }
 }
@@ -103,7 +133,7 @@ pub(crate) fn stochastic_walk(
                     target.probs_into(node, &tokens, &mut residual);
                 }
                 tokens.push(sample(&residual, rng));
-                return VerifyOutcome { path, tokens };
+                return shape.outcome(path, tokens);
             }
         }
     }

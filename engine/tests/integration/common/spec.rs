@@ -1,11 +1,9 @@
 //! Helpers of the speculative-decoding tests: random EAGLE heads for a target directory,
-//! speculative configurations, and the greedy baseline a lossless run must reproduce.
+//! engine configurations with speculation, and batched or one-at-a-time runs.
 
 use std::path::Path;
 
-use aquila_engine::{
-    EngineConfig, Llm, Prompt, RequestOutput, SamplingParams, SpeculativeConfig, SpeculativeMethod,
-};
+use aquila_engine::{EngineConfig, Llm, Prompt, RequestOutput, SamplingParams, SpeculativeConfig};
 use aquila_model_loader::config::LlamaConfig;
 use aquila_model_loader::fixtures::eagle::{
     write_tiny_eagle1, write_tiny_eagle3, TinyEagle1Options, TinyEagle3Options,
@@ -38,14 +36,6 @@ pub fn eagle3_head(model_dir: &Path) -> TempDir {
     };
     write_tiny_eagle3(dir.path(), &target_config(model_dir), &options).expect("EAGLE-3 head");
     dir
-}
-
-/// Speculative settings for `method` with `k` drafts per step and the head in `draft`.
-pub fn speculative(method: SpeculativeMethod, draft: Option<&Path>, k: usize) -> SpeculativeConfig {
-    SpeculativeConfig {
-        draft_model: draft.map(Path::to_path_buf),
-        ..SpeculativeConfig::new(method, k)
-    }
 }
 
 /// `config` with speculative decoding set.

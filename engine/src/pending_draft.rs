@@ -1,0 +1,165 @@
+//! A request's draft between the step that drafted it and the step that verifies it: its
+//! tokens, the tree they form (EAGLE-2) and the distributions they were sampled from, kept
+//! together so that cutting the draft cuts all three.
+
+use aquila_spec_decode::proposer::Draft;
+use aquila_spec_decode::rejection::DraftProbs;
+use aquila_spec_decode::tree::DraftTree;
+
+/// The draft a request verifies in its next decode step (empty: none).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct PendingDraft {
+    /// The draft tokens after the root (tree: its nodes after the root, in node order).
+    tokens: Vec<u32>,
+    /// The tree of the root and `tokens`; `None` for a chain.
+    tree: Option<DraftTree>,
+    /// The `q` rows the tokens were sampled from (chain: one per token; tree: one per node,
+    /// the root's first), or `None` for one-hot (deterministic drafts).
+    probs: Option<Vec<f32>>,
+}
+
+impl PendingDraft {
+    /// Checks a proposer's draft for a request whose last token (the root) is `root`: `q`
+    /// rows must cover every token, and a tree must grow from `root`.
+    pub fn new(draft: Draft, root: u32, vocab_size: usize) -> Result<Self, &'static str> {
+        let (tokens, tree, probs, rows) = match draft {
+            Draft::Chain(chain) => {
+                let rows = chain.tokens.len();
+                (chain.tokens, None, chain.probs, rows)
+            }
+            Draft::Tree { tree, probs } => {
+                if tree.tokens()[0] != root {
+                    return Err("the tree's root is not the request's last token");
+                }
+                let rows = tree.num_nodes();
+                (tree.tokens()[1..].to_vec(), Some(tree), probs, rows)
+            }
+        };
+        if probs.as_ref().is_some_and(|q| q.len() != rows * vocab_size) {
+            return Err("the draft's q rows do not match its tokens");
+        }
+        if tokens.is_empty() {
+            return Ok(Self::default());
+        }
+        Ok(Self {
+            tokens,
+            tree,
+            probs,
+        })
+    }
+
+    /// The draft tokens after the root, in node order.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    /// Number of draft tokens.
+    pub fn num_tokens(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// The tree the tokens form, `None` for a chain.
+    pub fn tree(&self) -> Option<&DraftTree> {
+        self.tree.as_ref()
+    }
+
+    /// The distributions to verify the tokens against.
+    pub fn probs(&self) -> DraftProbs<'_> {
+        match &self.probs {
+            Some(rows) => DraftProbs::Rows(rows),
+            None => DraftProbs::OneHot,
+        }
+    }
+
+    /// Keeps the first `num_tokens` draft tokens (a tree: the first nodes in node order, whose
+    /// parents come before them) with their tree and `q` rows.
+    pub fn truncate(&mut self, num_tokens: usize) {
+        if num_tokens >= self.tokens.len() {
+            return;
+        }
+        if num_tokens == 0 {
+            *self = Self::default();
+            return;
+        }
+        let root_rows = usize::from(self.tree.is_some());
+        let old_rows = self.tokens.len() + root_rows;
+        if let Some(probs) = &mut self.probs {
+            let vocab_size = probs.len() / old_rows;
+            probs.truncate((num_tokens + root_rows) * vocab_size);
+        }
+        if let Some(tree) = &mut self.tree {
+            *tree = tree.prefix(num_tokens + 1);
+        }
+        self.tokens.truncate(num_tokens);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aquila_spec_decode::proposer::ChainDraft;
+
+    fn tree() -> DraftTree {
+        DraftTree::from_parts(
+            vec![5, 1, 2, 3],
+            vec![None, Some(0), Some(1), Some(0)],
+            vec![0.0; 4],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn drafts_are_checked_against_the_root_and_their_q_rows() {
+        let as_tree = |probs| Draft::Tree {
+            tree: tree(),
+            probs,
+        };
+        let pending = PendingDraft::new(as_tree(None), 5, 4).unwrap();
+        assert_eq!(pending.tokens(), &[1, 2, 3]);
+        assert_eq!(pending.tree(), Some(&tree()));
+        assert!(
+            PendingDraft::new(as_tree(None), 6, 4).is_err(),
+            "wrong root"
+        );
+        assert!(PendingDraft::new(as_tree(Some(vec![0.25; 16])), 5, 4).is_ok());
+        assert!(
+            PendingDraft::new(as_tree(Some(vec![0.25; 12])), 5, 4).is_err(),
+            "a tree needs a q row per node"
+        );
+        let sampled = Draft::Chain(ChainDraft {
+            tokens: vec![1],
+            probs: Some(vec![0.5; 3]),
+        });
+        assert!(PendingDraft::new(sampled, 5, 4).is_err());
+        let empty = Draft::Chain(ChainDraft::deterministic(vec![]));
+        assert_eq!(
+            PendingDraft::new(empty, 5, 4).unwrap(),
+            PendingDraft::default()
+        );
+    }
+
+    #[test]
+    fn truncation_cuts_tokens_tree_and_q_rows_together() {
+        let probs: Vec<f32> = (0..16).map(|v| v as f32).collect();
+        let draft = Draft::Tree {
+            tree: tree(),
+            probs: Some(probs.clone()),
+        };
+        let mut pending = PendingDraft::new(draft, 5, 4).unwrap();
+        pending.truncate(2);
+        assert_eq!(pending.tokens(), &[1, 2]);
+        assert_eq!(pending.tree(), Some(&tree().prefix(3)));
+        assert!(matches!(pending.probs(), DraftProbs::Rows(q) if q == &probs[..12]));
+
+        let chain = Draft::Chain(ChainDraft {
+            tokens: vec![7, 8, 9],
+            probs: Some(probs[..12].to_vec()),
+        });
+        let mut pending = PendingDraft::new(chain, 5, 4).unwrap();
+        pending.truncate(1);
+        assert_eq!(pending.tokens(), &[7]);
+        assert!(matches!(pending.probs(), DraftProbs::Rows(q) if q == &probs[..4]));
+        pending.truncate(0);
+        assert_eq!(pending, PendingDraft::default());
+    }
+}

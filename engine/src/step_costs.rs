@@ -1,0 +1,212 @@
+//! The engine's online model of what a step costs: the target forward by number of rows, the
+//! drafting call by draft depth, and the rest of the step, each a smoothed average of the
+//! engine's own timings. Unmeasured points are interpolated between measured ones; beyond the
+//! largest measured forward the cost grows in proportion to the rows (compute-bound), below the
+//! smallest it stays flat (memory-bound).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Weight of a new timing in a smoothed average: large enough to follow a changing machine,
+/// small enough that one outlier moves an estimate by a fifth of its error.
+const SMOOTHING: f64 = 0.2;
+
+/// Smallest cost of one more forward row, as a fraction of the cheapest forward: rows are never
+/// modelled as free, so a draft token with (almost) no chance of acceptance never pays.
+const MIN_ROW_COST: f64 = 0.005;
+
+/// An exponentially smoothed average.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Smoothed(f64);
+
+impl Smoothed {
+    fn update(&mut self, value: f64) {
+        self.0 += SMOOTHING * (value - self.0);
+    }
+}
+
+/// A measured size and its smoothed seconds.
+type Point = (usize, f64);
+
+/// Smoothed seconds by an integer size (rows or draft depth).
+#[derive(Clone, Debug, Default, PartialEq)]
+struct CostCurve {
+    by_size: BTreeMap<usize, Smoothed>,
+}
+
+impl CostCurve {
+    fn observe(&mut self, size: usize, seconds: f64) {
+        if !seconds.is_finite() || seconds < 0.0 {
+            return;
+        }
+        self.by_size
+            .entry(size)
+            .and_modify(|cost| cost.update(seconds))
+            .or_insert(Smoothed(seconds));
+    }
+
+    /// The measured neighbours of `size`: the nearest at or below, and the nearest above.
+    fn neighbours(&self, size: usize) -> (Option<Point>, Option<Point>) {
+        let below = self.by_size.range(..=size).next_back();
+        let above = self.by_size.range(size + 1..).next();
+        let point = |(&s, c): (&usize, &Smoothed)| (s, c.0);
+        (below.map(point), above.map(point))
+    }
+
+    /// Linear interpolation between the measured neighbours of `size`; `beyond` extends the
+    /// curve past the largest measured size. `None` before any measurement.
+    fn estimate(&self, size: usize, beyond: impl Fn(usize, f64) -> f64) -> Option<f64> {
+        match self.neighbours(size) {
+            (Some((s, cost)), _) if s == size => Some(cost),
+            (Some((s0, c0)), Some((s1, c1))) => {
+                let t = (size - s0) as f64 / (s1 - s0) as f64;
+                Some(c0 + t * (c1 - c0))
+            }
+            (None, Some((_, c1))) => Some(c1),
+            (Some((s0, c0)), None) => Some(beyond(s0, c0)),
+            (None, None) => None,
+        }
+    }
+}
+
+/// One step's measured phases.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct StepTiming {
+    /// Rows the target forward computed.
+    pub rows: usize,
+    /// The target forward.
+    pub forward: Duration,
+    /// The deepest draft asked of the drafter.
+    pub draft_depth: usize,
+    /// The drafting call.
+    pub draft: Duration,
+    /// Everything else of the step (verification, commit, outputs).
+    pub other: Duration,
+}
+
+/// The engine's cost model.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct StepCosts {
+    forward: CostCurve,
+    draft: CostCurve,
+    other: Option<Smoothed>,
+}
+
+impl StepCosts {
+    /// Takes in one step's timings.
+    pub fn observe(&mut self, timing: &StepTiming) {
+        if timing.rows > 0 {
+            self.forward
+                .observe(timing.rows, timing.forward.as_secs_f64());
+        }
+        self.draft
+            .observe(timing.draft_depth, timing.draft.as_secs_f64());
+        let other = timing.other.as_secs_f64();
+        match &mut self.other {
+            Some(smoothed) => smoothed.update(other),
+            None => self.other = Some(Smoothed(other)),
+        }
+    }
+
+    /// Estimated seconds of steps whose forward computes `first_rows`, `first_rows + 1`, ...
+    /// `first_rows + extra_rows` rows: non-decreasing, each row costing at least a small
+    /// fraction of the cheapest measured forward. `None` before any measured forward.
+    pub fn forward_curve(&self, first_rows: usize, extra_rows: usize) -> Option<Vec<f64>> {
+        let at = |rows: usize| {
+            self.forward
+                .estimate(rows, |s0, c0| c0 * rows as f64 / s0.max(1) as f64)
+        };
+        let cheapest = self.forward.by_size.values().next()?.0;
+        let min_step = MIN_ROW_COST * cheapest;
+        let mut curve = Vec::with_capacity(extra_rows + 1);
+        let mut previous = f64::NEG_INFINITY;
+        for rows in first_rows..=first_rows + extra_rows {
+            let cost = at(rows)?.max(previous + min_step);
+            curve.push(cost);
+            previous = cost;
+        }
+        Some(curve)
+    }
+
+    /// Estimated seconds of a drafting call whose deepest draft is `depth` (0: taking in
+    /// committed rows only); 0 before any measurement.
+    pub fn draft(&self, depth: usize) -> f64 {
+        let beyond = |s0: usize, c0: f64| {
+            if s0 == 0 {
+                c0 // Only taking in was measured: drafting is assumed to add nothing yet.
+            } else {
+                c0 * depth as f64 / s0 as f64
+            }
+        };
+        self.draft.estimate(depth, beyond).unwrap_or(0.0).max(0.0)
+    }
+
+    /// Estimated seconds of the rest of a step.
+    pub fn other(&self) -> f64 {
+        self.other.map_or(0.0, |smoothed| smoothed.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn forward(costs: &mut StepCosts, rows: usize, ms: u64) {
+        costs.observe(&StepTiming {
+            rows,
+            forward: Duration::from_millis(ms),
+            draft_depth: 0,
+            draft: Duration::ZERO,
+            other: Duration::ZERO,
+        });
+    }
+
+    #[test]
+    fn forward_costs_interpolate_and_extrapolate_by_the_rows() {
+        let mut costs = StepCosts::default();
+        assert_eq!(costs.forward_curve(1, 3), None);
+        forward(&mut costs, 4, 20);
+        forward(&mut costs, 8, 40);
+        let curve = costs.forward_curve(2, 14).unwrap();
+        assert!((curve[0] - 0.020).abs() < 1e-9, "flat below: {curve:?}");
+        assert!((curve[4] - 0.030).abs() < 1e-9, "6 rows between 4 and 8");
+        assert!((curve[14] - 0.080).abs() < 1e-9, "16 rows: twice 8 rows");
+    }
+
+    #[test]
+    fn the_forward_curve_never_falls_and_rows_are_never_free() {
+        let mut costs = StepCosts::default();
+        forward(&mut costs, 1, 20);
+        forward(&mut costs, 2, 18); // noise: two rows measured faster than one
+        let curve = costs.forward_curve(1, 2).unwrap();
+        assert!(curve[1] > curve[0] && curve[2] > curve[1], "{curve:?}");
+    }
+
+    #[test]
+    fn timings_are_smoothed() {
+        let mut costs = StepCosts::default();
+        forward(&mut costs, 1, 10);
+        forward(&mut costs, 1, 60); // one outlier
+        let cost = costs.forward_curve(1, 0).unwrap()[0];
+        assert!((cost - 0.020).abs() < 1e-9, "{cost}");
+    }
+
+    #[test]
+    fn draft_costs_follow_the_depth() {
+        let mut costs = StepCosts::default();
+        assert_eq!(costs.draft(3), 0.0);
+        for (depth, ms) in [(0, 1), (3, 7)] {
+            costs.observe(&StepTiming {
+                rows: 1,
+                forward: Duration::from_millis(20),
+                draft_depth: depth,
+                draft: Duration::from_millis(ms),
+                other: Duration::from_millis(2),
+            });
+        }
+        assert!((costs.draft(0) - 0.001).abs() < 1e-9);
+        assert!((costs.draft(2) - 0.005).abs() < 1e-9, "interpolated");
+        assert!((costs.draft(6) - 0.014).abs() < 1e-9, "proportional beyond");
+        assert!((costs.other() - 0.002).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,147 @@
+//! The adaptive draft length in the engine: a drafter whose drafts are never accepted stops
+//! drafting after a few steps and is only probed now and then; a perfect drafter drafts the
+//! maximum; chains and trees stay lossless whatever the policy chooses.
+
+use crate::common;
+
+use aquila_engine::{
+    DraftLength, DraftTreeConfig, EagleDrafter, Llm, Prompt, RequestOutput, SpeculativeConfig,
+    SpeculativeMethod,
+};
+use aquila_spec_decode::proposer::ReplayProposer;
+use common::spec::{eagle1_head, prompt_ids, run};
+use common::{config, greedy, tiny_model, token_ids, PROMPTS};
+
+const K: usize = 3;
+/// Output tokens per request: long enough for the policy to settle.
+const MAX_TOKENS: usize = 96;
+
+/// The prompts and their plain greedy continuations.
+fn baseline(model: &std::path::Path) -> (Vec<Prompt>, Vec<RequestOutput>) {
+    let mut plain = Llm::new(config(model)).unwrap();
+    let prompts = prompt_ids(&plain, &PROMPTS);
+    let outputs = run(
+        &mut plain,
+        &prompts,
+        &vec![greedy(MAX_TOKENS); prompts.len()],
+    );
+    (prompts, outputs)
+}
+
+/// An engine with `draft_length` whose drafter is `replay` over `outputs`'s sequences.
+fn replaying(
+    model: &std::path::Path,
+    outputs: &[RequestOutput],
+    draft_length: DraftLength,
+    adjust: impl FnOnce(ReplayProposer) -> ReplayProposer,
+) -> Llm {
+    let scripts = outputs
+        .iter()
+        .map(|o| [o.prompt_token_ids.clone(), o.token_ids.clone()].concat())
+        .collect();
+    let mut engine_config = config(model);
+    engine_config.speculative = Some(SpeculativeConfig {
+        draft_length,
+        ..SpeculativeConfig::custom(K)
+    });
+    let replay = adjust(ReplayProposer::new(K, scripts));
+    Llm::with_proposer(engine_config, Box::new(replay)).unwrap()
+}
+
+/// A token no baseline output contains.
+fn unused_token(outputs: &[RequestOutput], vocab_size: usize) -> u32 {
+    (0..vocab_size as u32)
+        .rev()
+        .find(|t| outputs.iter().all(|o| !o.token_ids.contains(t)))
+        .expect("the outputs use less than the whole vocabulary")
+}
+
+#[test]
+fn drafts_that_are_never_accepted_stop_and_are_only_probed_rarely() {
+    let model = tiny_model();
+    let (prompts, plain) = baseline(model.path());
+    let vocab_size = Llm::new(config(model.path())).unwrap().vocab_size();
+    let wrong = unused_token(&plain, vocab_size);
+    let params = vec![greedy(MAX_TOKENS); prompts.len()];
+    let never_accepted = |replay: ReplayProposer| replay.with_wrong_token_at(0, wrong);
+
+    let mut fixed = replaying(model.path(), &plain, DraftLength::Fixed, never_accepted);
+    let fixed = run(&mut fixed, &prompts, &params);
+    let mut adaptive = replaying(model.path(), &plain, DraftLength::default(), never_accepted);
+    let adaptive = run(&mut adaptive, &prompts, &params);
+
+    assert_eq!(token_ids(&fixed), token_ids(&plain));
+    assert_eq!(token_ids(&adaptive), token_ids(&plain));
+    for (adaptive, fixed) in adaptive.iter().zip(&fixed) {
+        assert_eq!(adaptive.metrics.num_accepted_tokens, 0);
+        assert_eq!(
+            fixed.metrics.num_drafts,
+            MAX_TOKENS - 1,
+            "fixed drafts every step"
+        );
+        // The estimate of an optimistic start falls below any row's cost within about 15
+        // failed verifications; after that only probes (every 64 steps at most) remain.
+        assert!(
+            adaptive.metrics.num_drafts <= 20,
+            "{} drafts in {MAX_TOKENS} steps",
+            adaptive.metrics.num_drafts
+        );
+        assert!(
+            adaptive.metrics.num_draft_tokens * 3 <= fixed.metrics.num_draft_tokens,
+            "{} draft tokens against {} with a fixed length",
+            adaptive.metrics.num_draft_tokens,
+            fixed.metrics.num_draft_tokens
+        );
+    }
+}
+
+#[test]
+fn a_perfect_drafter_drafts_the_maximum() {
+    let model = tiny_model();
+    let (prompts, plain) = baseline(model.path());
+    let mut llm = replaying(model.path(), &plain, DraftLength::default(), |r| r);
+    let outputs = run(&mut llm, &prompts, &vec![greedy(MAX_TOKENS); prompts.len()]);
+    assert_eq!(token_ids(&outputs), token_ids(&plain));
+    for out in &outputs {
+        let metrics = &out.metrics;
+        assert_eq!(metrics.num_accepted_tokens, metrics.num_draft_tokens);
+        assert!(
+            metrics.num_draft_tokens * 10 >= metrics.num_drafts * K * 9,
+            "mean draft length {} of {K}",
+            metrics.num_draft_tokens as f64 / metrics.num_drafts as f64
+        );
+    }
+}
+
+#[test]
+fn chains_and_trees_stay_lossless_with_the_policy_on() {
+    let model = tiny_model();
+    let (prompts, plain) = baseline(model.path());
+    let params = vec![greedy(MAX_TOKENS); prompts.len()];
+    let vocab_size = Llm::new(config(model.path())).unwrap().vocab_size() as u32;
+    let wrong = unused_token(&plain, vocab_size as usize);
+    // Trees whose script token hides behind decoys and is wrong at depth 2.
+    let mut trees = replaying(model.path(), &plain, DraftLength::default(), |replay| {
+        replay
+            .with_tree_decoys(2, vocab_size)
+            .with_wrong_token_at(1, wrong)
+    });
+    assert_eq!(
+        token_ids(&run(&mut trees, &prompts, &params)),
+        token_ids(&plain)
+    );
+    // EAGLE-2 trees and chains of a random head.
+    let head = eagle1_head(model.path());
+    for tree in [None, Some(DraftTreeConfig::default())] {
+        let mut engine_config = config(model.path());
+        let drafter = EagleDrafter {
+            draft_model: head.path().to_path_buf(),
+            tree,
+        };
+        engine_config.speculative =
+            Some(SpeculativeConfig::new(SpeculativeMethod::Eagle(drafter), K));
+        let mut llm = Llm::new(engine_config).unwrap();
+        let outputs = run(&mut llm, &prompts, &params);
+        assert_eq!(token_ids(&outputs), token_ids(&plain), "tree {tree:?}");
+    }
+}
