@@ -12,7 +12,6 @@ use aquila_model_loader::model::{FeatureTap, LlamaModel};
 use aquila_model_loader::tokenizer::Tokenizer;
 use aquila_spec_decode::proposer::ProposeRequest;
 use burn::module::Module;
-use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
 use crate::config::{EngineConfig, ResolvedLimits};

@@ -5,7 +5,9 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
-use aquila_engine::{DraftTreeConfig, SpeculativeConfig, SpeculativeMethod};
+use aquila_engine::{
+    DraftLength, DraftTreeConfig, EagleDrafter, NgramDrafter, SpeculativeConfig, SpeculativeMethod,
+};
 use clap::{Args, ValueEnum};
 
 use crate::heads;
@@ -32,6 +34,23 @@ pub struct SpeculativeOptions {
     /// Speculate only while at most this many requests run (larger batches decode plainly).
     #[arg(long)]
     pub disable_by_batch_size: Option<usize>,
+    /// `adaptive`: each step, each request drafts the length (0 to --num-spec-tokens) that the
+    /// engine's measured costs and the request's acceptance say pays most; `fixed`: always
+    /// --num-spec-tokens.
+    #[arg(long, value_enum, default_value_t = DraftLengthArg::Adaptive)]
+    pub draft_length: DraftLengthArg,
+    /// With `--draft-length adaptive`: fewest draft tokens per request and step.
+    #[arg(long, default_value_t = 0)]
+    pub min_draft_tokens: usize,
+}
+
+/// How many tokens each request drafts per step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DraftLengthArg {
+    /// Chosen per request and step by the engine's cost model.
+    Adaptive,
+    /// Always `--num-spec-tokens`.
+    Fixed,
 }
 
 /// The drafting methods.
@@ -53,24 +72,38 @@ impl SpeculativeOptions {
     /// [`SpeculativeConfig`].
     pub fn speculative_config(&self) -> Result<Option<SpeculativeConfig>> {
         let chosen = self.resolve_method();
-        let method = match chosen {
-            DraftMethod::None => {
-                println!("speculative decoding: off");
-                return Ok(None);
+        if chosen == DraftMethod::None {
+            println!("speculative decoding: off");
+            return Ok(None);
+        }
+        let tree = (self.tree_nodes > 0).then_some(DraftTreeConfig {
+            top_k: self.tree_top_k,
+            num_nodes: self.tree_nodes,
+        });
+        let method = match (chosen, self.resolve_draft(chosen)?) {
+            (DraftMethod::Eagle, Some(draft_model)) => {
+                SpeculativeMethod::Eagle(EagleDrafter { draft_model, tree })
             }
-            DraftMethod::Eagle => SpeculativeMethod::Eagle,
-            DraftMethod::Eagle3 => SpeculativeMethod::Eagle3,
-            DraftMethod::Ngram => SpeculativeMethod::Ngram,
+            (DraftMethod::Eagle3, Some(draft_model)) => {
+                SpeculativeMethod::Eagle3(EagleDrafter { draft_model, tree })
+            }
+            (DraftMethod::Ngram, _) if tree.is_some() => {
+                bail!("--tree-nodes needs an EAGLE method; n-gram drafting proposes chains")
+            }
+            (DraftMethod::Ngram, _) => SpeculativeMethod::Ngram(NgramDrafter::default()),
+            _ => bail!("an EAGLE method needs a draft head (--draft DIR)"),
         };
         let mut config = SpeculativeConfig::new(method, self.num_spec_tokens);
-        config.draft_model = self.resolve_draft(chosen)?;
         config.disable_by_batch_size = self.disable_by_batch_size;
-        if self.tree_nodes > 0 {
-            config.tree = Some(DraftTreeConfig {
-                top_k: self.tree_top_k,
-                num_nodes: self.tree_nodes,
-            });
-        }
+        config.draft_length = match self.draft_length {
+            DraftLengthArg::Adaptive => DraftLength::Adaptive {
+                min_draft_tokens: self.min_draft_tokens,
+            },
+            DraftLengthArg::Fixed if self.min_draft_tokens > 0 => {
+                bail!("--min-draft-tokens bounds --draft-length adaptive only")
+            }
+            DraftLengthArg::Fixed => DraftLength::Fixed,
+        };
         Ok(Some(config))
     }
 

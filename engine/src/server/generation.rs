@@ -14,7 +14,7 @@ use super::protocol::common::Usage;
 use super::request_log::RequestLog;
 use super::AppState;
 use crate::async_llm::{RequestEvent, RequestStream};
-use crate::output::{FinishReason, RequestOutput, StopReason};
+use crate::output::{RequestOutput, StopReason};
 use crate::prompt::Prompt;
 use crate::sampling_params::SamplingParams;
 
@@ -94,9 +94,9 @@ pub fn finish_reason(output: &RequestOutput) -> String {
 
 /// vLLM's `stop_reason`: the matched stop string or stop token id; `null` for EOS and length.
 pub fn stop_reason(output: &RequestOutput) -> Option<Value> {
-    match &output.finish_reason {
-        FinishReason::Stop(StopReason::String(stop)) => Some(Value::from(stop.as_str())),
-        FinishReason::Stop(StopReason::TokenId(id)) => Some(Value::from(*id)),
+    match &output.stop_reason {
+        Some(StopReason::String(stop)) => Some(Value::from(stop.as_str())),
+        Some(StopReason::TokenId(id)) => Some(Value::from(*id)),
         _ => None,
     }
 }

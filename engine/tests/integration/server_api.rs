@@ -3,22 +3,19 @@
 //! metrics.
 
 use aquila_engine::{
-    AsyncLlmConfig, ChatMessage, EngineConfig, Prompt, SamplingParams, SpeculativeMethod,
+    AsyncLlmConfig, ChatMessage, EngineConfig, Prompt, SamplingParams, SpeculativeConfig,
 };
 use serde_json::{json, Value};
 
 use crate::common::http::{get, post};
 use crate::common::server::TestServer;
-use crate::common::spec::{speculative, with_speculative};
+use crate::common::spec::with_speculative;
 use crate::common::{config, llm_with, tiny_model, PROMPTS};
 
 /// The tiny engine's config with n-gram drafting (its repetitive greedy text gets drafts
 /// accepted).
 fn ngram_config(model: &std::path::Path) -> EngineConfig {
-    with_speculative(
-        config(model),
-        speculative(SpeculativeMethod::Ngram, None, 3),
-    )
+    with_speculative(config(model), SpeculativeConfig::ngram(3))
 }
 
 /// The text of every chunk, concatenated (completions: `text`; chat: `delta.content`).

@@ -3,10 +3,10 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-use aquila_engine::SpeculativeMethod;
+use aquila_engine::SpeculativeConfig;
 use serde_json::Value;
 
-use crate::common::spec::{speculative, with_speculative};
+use crate::common::spec::with_speculative;
 use crate::common::{config, tiny_model};
 use aquila_engine::Llm;
 
@@ -64,7 +64,7 @@ fn every_metric_the_dashboard_queries_is_exposed() {
     assert!(queries.len() >= 12, "only {} queries", queries.len());
 
     let model = tiny_model();
-    let spec = speculative(SpeculativeMethod::Ngram, None, 3);
+    let spec = SpeculativeConfig::ngram(3);
     let llm = Llm::new(with_speculative(config(model.path()), spec)).unwrap();
     let exposition = llm.recorder().exposition_text().unwrap();
     let exposed: BTreeSet<&str> = exposition

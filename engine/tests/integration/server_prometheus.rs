@@ -10,13 +10,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use aquila_engine::{AsyncLlmConfig, SpeculativeMethod};
+use aquila_engine::{AsyncLlmConfig, SpeculativeConfig};
 use aquila_metrics::{Family, Namespace};
 use serde_json::json;
 
 use crate::common::http::{get, post};
 use crate::common::server::{counter, TestServer};
-use crate::common::spec::{speculative, with_speculative};
+use crate::common::spec::with_speculative;
 use crate::common::{config, tiny_model, PROMPTS};
 use crate::server_dashboard::deploy_dir;
 
@@ -150,7 +150,7 @@ fn the_shipped_scrape_config_is_valid() {
 #[test]
 fn prometheus_scrapes_the_speculative_counters_the_engine_counts() {
     let model = tiny_model();
-    let spec = speculative(SpeculativeMethod::Ngram, None, 3);
+    let spec = SpeculativeConfig::ngram(3);
     let server = TestServer::start(
         with_speculative(config(model.path()), spec),
         AsyncLlmConfig::default(),

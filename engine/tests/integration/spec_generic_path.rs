@@ -8,9 +8,9 @@
 
 use crate::common;
 
-use aquila_engine::{Device, EngineConfig, Llm, SpeculativeMethod};
+use aquila_engine::{Device, EngineConfig, Llm, SpeculativeConfig};
 use common::real_model_dir;
-use common::spec::{eagle1_head, prompt_ids, run, run_single, speculative};
+use common::spec::{eagle1_head, prompt_ids, run, run_single};
 
 const MAX_TOKENS: usize = 12;
 const PROMPTS: [&str; 2] = [
@@ -44,7 +44,7 @@ fn generic_path_speculative_output_equals_plain_output() {
     drop(plain);
 
     let mut config = generic_config(&model);
-    config.speculative = Some(speculative(SpeculativeMethod::Eagle, Some(head.path()), 3));
+    config.speculative = Some(SpeculativeConfig::eagle(head.path(), 3));
     let mut llm = Llm::new(config).expect("speculative SmolLM2 engine, generic path");
     let outputs = run(&mut llm, &prompts, &params);
     let drafted: usize = outputs.iter().map(|o| o.metrics.num_draft_tokens).sum();

@@ -199,7 +199,14 @@ fn main() -> Result<()> {
     let mut rows = Vec::new();
     for (name, speculative, workload) in configs {
         progress.set_message(name.clone());
-        rows.push(run_config(&model, device, name, speculative, workload, &args)?);
+        rows.push(run_config(
+            &model,
+            device,
+            name,
+            speculative,
+            workload,
+            &args,
+        )?);
         progress.inc(1);
     }
     progress.finish_and_clear();

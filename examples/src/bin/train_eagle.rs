@@ -16,10 +16,10 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use aquila_engine::Device;
-use aquila_examples::device::{check_device, default_device, parse_device, DeviceError};
 use aquila_examples::corpus::{
     build_corpus_data, chat_samples, source_named, split_by_document, CorpusSettings,
 };
+use aquila_examples::device::{check_device, default_device, parse_device, DeviceError};
 use aquila_examples::distill::{build_distill_data, DistillSettings, GenerationSizes};
 use aquila_examples::heads::{shipped_eagle3_head_dir, shipped_head_dir};
 use aquila_examples::paths::{default_model_dir, workspace_root};
