@@ -19,7 +19,7 @@ use aquila_engine::Device;
 use aquila_examples::corpus::{
     build_corpus_data, chat_samples, source_named, split_by_document, CorpusSettings,
 };
-use aquila_examples::device::{check_device, default_device, parse_device, DeviceError};
+use aquila_examples::device::{check_device, default_device, parse_device};
 use aquila_examples::distill::{build_distill_data, DistillSettings, GenerationSizes};
 use aquila_examples::heads::{shipped_eagle3_head_dir, shipped_head_dir};
 use aquila_examples::paths::{default_model_dir, workspace_root};
@@ -336,7 +336,7 @@ impl TrainingRun<'_> {
     /// Without the `cuda` feature there is no GPU backend to train on.
     #[cfg(not(feature = "cuda"))]
     fn on_cuda(&self, index: usize) -> Result<TrainHistory> {
-        Err(DeviceError::NotBuiltWithCuda(Device::Cuda(index)).into())
+        Err(aquila_examples::device::DeviceError::NotBuiltWithCuda(Device::Cuda(index)).into())
     }
 }
 

@@ -101,9 +101,15 @@ pub trait KernelBackend: Backend {
 /// Training, and the generic path on the CPU ([`GenericCpu`]).
 impl<B: Backend, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {}
 
-/// burn's CUDA backend.
+/// burn's CUDA backend, in each float type the engine runs it in.
 #[cfg(feature = "cuda")]
-impl<F, I> KernelBackend for burn::backend::Cuda<F, I> where Self: Backend {}
+impl KernelBackend for burn::backend::Cuda<f32> {}
+/// burn's CUDA backend in bfloat16.
+#[cfg(feature = "cuda")]
+impl KernelBackend for burn::backend::Cuda<burn::tensor::bf16> {}
+/// burn's CUDA backend in half precision.
+#[cfg(feature = "cuda")]
+impl KernelBackend for burn::backend::Cuda<burn::tensor::f16> {}
 
 /// The CPU through burn's generic operations only, without Aquila's kernels: what CUDA runs,
 /// on the CPU (see the module docs).
