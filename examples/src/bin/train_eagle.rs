@@ -2,14 +2,19 @@
 //! the loader (and public EAGLE heads) use.
 //!
 //! ```text
-//! cargo xtask train-eagle -- --method eagle3 --prompts 512 --epochs 6
+//! cargo xtask train-eagle -- --method eagle3 --prompts 320 --epochs 1 \
+//!     --corpus python-docs,chatterbot --corpus-tokens 250000
 //! ```
 //!
 //! 1. The built-in training prompts are answered by the target with the engine (greedy).
-//! 2. One target forward per sequence records the features the head learns from.
-//! 3. The head trains with burn's autodiff on the CPU (`Autodiff<Flex>`), validating its
-//!    draft accuracy and simulated acceptance length on held-out sequences.
-//! 4. The head is exported (`config.json`, `model.safetensors`) with a `TRAINING.md` record.
+//! 2. With `--corpus`, text from package sources (the Python documentation from Debian, the
+//!    ChatterBot dialogue corpus from PyPI) becomes chat samples, tokenized through the chat
+//!    template; held-out documents are never recorded.
+//! 3. One target forward per sequence records the features the head learns from, the greedy
+//!    next token and the `--record-top-k` most likely ones.
+//! 4. The head trains with burn's autodiff on the CPU (`Autodiff<Flex>`), validating its
+//!    draft accuracy and simulated acceptance length on held-out self-distilled sequences.
+//! 5. The head is exported (`config.json`, `model.safetensors`) with a `TRAINING.md` record.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -22,7 +27,8 @@ use aquila_examples::distill::{build_distill_data, DistillSettings, GenerationSi
 use aquila_examples::heads::{shipped_eagle3_head_dir, shipped_head_dir};
 use aquila_examples::paths::{default_model_dir, workspace_root};
 use aquila_examples::training::{
-    build_head, write_training_record, HeadMethod, ProgressObserver, TrainingRecord,
+    build_head, draft_vocab_coverage, write_training_record, HeadMethod, ProgressObserver,
+    TrainingRecord,
 };
 use aquila_model_loader::checkpoint::FloatType;
 use aquila_model_loader::config::LlamaConfig;
@@ -226,6 +232,25 @@ fn main() -> Result<()> {
     );
 
     let config = training_config(&args);
+    if method == HeadMethod::Eagle3 {
+        let (train_set, val_set) = data.split(config.val_every);
+        let sizes = [1024, 2048, 4096, 8192, 16384, 32768];
+        let coverage = draft_vocab_coverage(
+            &data,
+            &train_set,
+            &val_set,
+            target_config.vocab_size,
+            &sizes,
+        );
+        let line: Vec<String> = coverage
+            .iter()
+            .map(|(size, share)| format!("{size}: {:.4}", share))
+            .collect();
+        println!(
+            "draft vocabulary coverage of held-out greedy tokens: {}",
+            line.join(", ")
+        );
+    }
     let run = TrainingRun {
         args: &args,
         target_dir: &target_dir,
