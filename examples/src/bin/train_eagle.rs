@@ -32,9 +32,9 @@ use aquila_examples::training::{
 };
 use aquila_model_loader::checkpoint::FloatType;
 use aquila_model_loader::config::LlamaConfig;
-use aquila_model_loader::model::LlamaModel;
+use aquila_model_loader::model::{FeatureTap, LlamaModel};
 use aquila_spec_decode::eagle::EagleHead;
-use aquila_spec_decode::train::{DistillData, TrainConfig, TrainHistory};
+use aquila_spec_decode::train::{DistillData, FeatureShard, TrainConfig, TrainHistory};
 use burn::backend::{Autodiff, Flex};
 use burn::module::Module;
 use burn::tensor::backend::AutodiffBackend;
@@ -188,41 +188,13 @@ fn main() -> Result<()> {
         &settings,
         sizes,
     )?;
-    let corpus = if args.corpus.is_empty() {
-        Vec::new()
-    } else {
-        let corpus_settings = CorpusSettings {
-            sources: args.corpus.clone(),
-            max_tokens: args.corpus_tokens,
-            holdout_every: args.corpus_holdout_every,
-            max_response_tokens: args.corpus_max_response,
-            shard_tokens: 16_384,
-            seed: args.seed,
-            tap: aquila_spec_decode::train::tap_name(&tap),
-            top_k: args.record_top_k,
-        };
-        let (shards, stats) = build_corpus_data(
-            &target_dir,
-            &work_dir.join("corpus-packages"),
-            &work_dir.join(method.name()).join("corpus"),
-            &tap,
-            &corpus_settings,
-            sizes.record_batch_tokens,
-        )?;
-        for (source, s) in &stats {
-            println!(
-                "corpus {source}: {} documents, {} samples ({} held out), recorded {} samples, \
-                 {} tokens ({} response)",
-                s.documents,
-                s.samples,
-                s.held_out_samples,
-                s.recorded_samples,
-                s.recorded_tokens,
-                s.response_tokens
-            );
-        }
-        shards
-    };
+    let corpus = corpus_shards(
+        &args,
+        &target_dir,
+        &work_dir,
+        &tap,
+        sizes.record_batch_tokens,
+    )?;
     let data = DistillData::with_training_only(distilled, corpus)?;
     println!(
         "data: {} sequences, {} tokens ({} features)",
@@ -233,23 +205,7 @@ fn main() -> Result<()> {
 
     let config = training_config(&args);
     if method == HeadMethod::Eagle3 {
-        let (train_set, val_set) = data.split(config.val_every);
-        let sizes = [1024, 2048, 4096, 8192, 16384, 32768];
-        let coverage = draft_vocab_coverage(
-            &data,
-            &train_set,
-            &val_set,
-            target_config.vocab_size,
-            &sizes,
-        );
-        let line: Vec<String> = coverage
-            .iter()
-            .map(|(size, share)| format!("{size}: {:.4}", share))
-            .collect();
-        println!(
-            "draft vocabulary coverage of held-out greedy tokens: {}",
-            line.join(", ")
-        );
+        print_vocab_coverage(&data, &config, target_config.vocab_size);
     }
     let run = TrainingRun {
         args: &args,
@@ -278,6 +234,65 @@ fn main() -> Result<()> {
     println!("{}", record.summary());
     println!("head written to {}", out.display());
     Ok(())
+}
+
+/// The corpus shards of `--corpus` (recorded now when missing), or none without sources.
+fn corpus_shards(
+    args: &Args,
+    target_dir: &Path,
+    work_dir: &Path,
+    tap: &FeatureTap,
+    record_batch_tokens: usize,
+) -> Result<Vec<FeatureShard>> {
+    if args.corpus.is_empty() {
+        return Ok(Vec::new());
+    }
+    let corpus_settings = CorpusSettings {
+        sources: args.corpus.clone(),
+        max_tokens: args.corpus_tokens,
+        holdout_every: args.corpus_holdout_every,
+        max_response_tokens: args.corpus_max_response,
+        shard_tokens: 16_384,
+        seed: args.seed,
+        tap: aquila_spec_decode::train::tap_name(tap),
+        top_k: args.record_top_k,
+    };
+    let (shards, stats) = build_corpus_data(
+        target_dir,
+        &work_dir.join("corpus-packages"),
+        &work_dir.join(args.method.name()).join("corpus"),
+        tap,
+        &corpus_settings,
+        record_batch_tokens,
+    )?;
+    for (source, s) in &stats {
+        println!(
+            "corpus {source}: {} documents, {} samples ({} held out), recorded {} samples, \
+             {} tokens ({} response)",
+            s.documents,
+            s.samples,
+            s.held_out_samples,
+            s.recorded_samples,
+            s.recorded_tokens,
+            s.response_tokens
+        );
+    }
+    Ok(shards)
+}
+
+/// Prints how much of the held-out greedy tokens draft vocabularies of several sizes cover.
+fn print_vocab_coverage(data: &DistillData, config: &TrainConfig, vocab_size: usize) {
+    let (train_set, val_set) = data.split(config.val_every);
+    let sizes = [1024, 2048, 4096, 8192, 16384, 32768];
+    let coverage = draft_vocab_coverage(data, &train_set, &val_set, vocab_size, &sizes);
+    let line: Vec<String> = coverage
+        .iter()
+        .map(|(size, share)| format!("{size}: {:.4}", share))
+        .collect();
+    println!(
+        "draft vocabulary coverage of held-out greedy tokens: {}",
+        line.join(", ")
+    );
 }
 
 /// Prints `count` random training samples of the corpus sources and how many each gives.
