@@ -113,6 +113,31 @@ pub fn build_head<B: TrainBackend>(
     })
 }
 
+/// For each size: the share of the greedy next tokens at response positions of `held_out`
+/// that a draft vocabulary of that many of the most frequent tokens of `train` covers (a
+/// draft head can never propose a token outside its vocabulary).
+pub fn draft_vocab_coverage(
+    data: &DistillData,
+    train: &[SequenceRef],
+    held_out: &[SequenceRef],
+    vocab_size: usize,
+    sizes: &[usize],
+) -> Vec<(usize, f64)> {
+    let counts = data.response_token_counts(train, vocab_size);
+    let wanted = data.response_token_counts(held_out, vocab_size);
+    let total: u64 = wanted.iter().sum();
+    sizes
+        .iter()
+        .map(|&size| {
+            let covered: u64 = most_frequent(&counts, size.min(vocab_size))
+                .iter()
+                .map(|&id| wanted[id as usize])
+                .sum();
+            (size, covered as f64 / total.max(1) as f64)
+        })
+        .collect()
+}
+
 /// The `count` ids with the highest counts (ties by id), sorted by id.
 fn most_frequent(counts: &[u64], count: usize) -> Vec<u32> {
     let mut ids: Vec<u32> = (0..counts.len() as u32).collect();
@@ -316,4 +341,27 @@ pub fn write_training_record(dir: &Path, record: &TrainingRecord) -> Result<()> 
     );
     std::fs::write(dir.join("TRAINING.md"), text)
         .with_context(|| format!("writing {}", dir.join("TRAINING.md").display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aquila_spec_decode::train::{DistillSequence, FeatureShard};
+
+    #[test]
+    fn coverage_counts_held_out_response_labels_in_the_train_vocabulary() {
+        let mut shard = FeatureShard::new(1, "last_hidden");
+        // Response labels (from the last prompt position on): train [5, 5, 6], held out [5, 7].
+        for labels in [vec![9, 5, 5, 6], vec![9, 5, 7]] {
+            let n = labels.len();
+            let sequence = DistillSequence {
+                tokens: vec![1; n],
+                prompt_len: 2,
+            };
+            shard.push(&sequence, &vec![0.0; n], &labels).unwrap();
+        }
+        let data = DistillData::new(vec![shard]).unwrap();
+        let coverage = draft_vocab_coverage(&data, &[(0, 0)], &[(0, 1)], 10, &[1, 2]);
+        assert_eq!(coverage, vec![(1, 0.5), (2, 0.5)]);
+    }
 }

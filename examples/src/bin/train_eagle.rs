@@ -2,14 +2,19 @@
 //! the loader (and public EAGLE heads) use.
 //!
 //! ```text
-//! cargo xtask train-eagle -- --method eagle3 --prompts 512 --epochs 6
+//! cargo xtask train-eagle -- --method eagle3 --prompts 320 --epochs 1 \
+//!     --corpus python-docs,chatterbot --corpus-tokens 250000
 //! ```
 //!
 //! 1. The built-in training prompts are answered by the target with the engine (greedy).
-//! 2. One target forward per sequence records the features the head learns from.
-//! 3. The head trains with burn's autodiff on the CPU (`Autodiff<Flex>`), validating its
-//!    draft accuracy and simulated acceptance length on held-out sequences.
-//! 4. The head is exported (`config.json`, `model.safetensors`) with a `TRAINING.md` record.
+//! 2. With `--corpus`, text from package sources (the Python documentation from Debian, the
+//!    ChatterBot dialogue corpus from PyPI) becomes chat samples, tokenized through the chat
+//!    template; held-out documents are never recorded.
+//! 3. One target forward per sequence records the features the head learns from, the greedy
+//!    next token and the `--record-top-k` most likely ones.
+//! 4. The head trains with burn's autodiff on the CPU (`Autodiff<Flex>`), validating its
+//!    draft accuracy and simulated acceptance length on held-out self-distilled sequences.
+//! 5. The head is exported (`config.json`, `model.safetensors`) with a `TRAINING.md` record.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -24,13 +29,16 @@ use aquila_examples::distill::{build_distill_data, DistillSettings, GenerationSi
 use aquila_examples::heads::{shipped_eagle3_head_dir, shipped_head_dir};
 use aquila_examples::paths::{default_model_dir, workspace_root};
 use aquila_examples::training::{
-    build_head, write_training_record, HeadMethod, ProgressObserver, TrainingRecord,
+    build_head, draft_vocab_coverage, write_training_record, HeadMethod, ProgressObserver,
+    TrainingRecord,
 };
 use aquila_model_loader::checkpoint::FloatType;
 use aquila_model_loader::config::LlamaConfig;
-use aquila_model_loader::model::LlamaModel;
+use aquila_model_loader::model::{FeatureTap, LlamaModel};
 use aquila_spec_decode::eagle::EagleHead;
-use aquila_spec_decode::train::{DistillData, TrainBackend, TrainConfig, TrainHistory};
+use aquila_spec_decode::train::{
+    DistillData, FeatureShard, TrainBackend, TrainConfig, TrainHistory,
+};
 use burn::backend::{Autodiff, Flex};
 use burn::module::Module;
 use clap::{Parser, ValueEnum};
@@ -188,41 +196,13 @@ fn main() -> Result<()> {
         &settings,
         sizes,
     )?;
-    let corpus = if args.corpus.is_empty() {
-        Vec::new()
-    } else {
-        let corpus_settings = CorpusSettings {
-            sources: args.corpus.clone(),
-            max_tokens: args.corpus_tokens,
-            holdout_every: args.corpus_holdout_every,
-            max_response_tokens: args.corpus_max_response,
-            shard_tokens: 16_384,
-            seed: args.seed,
-            tap: aquila_spec_decode::train::tap_name(&tap),
-            top_k: args.record_top_k,
-        };
-        let (shards, stats) = build_corpus_data(
-            &target_dir,
-            &work_dir.join("corpus-packages"),
-            &work_dir.join(method.name()).join("corpus"),
-            &tap,
-            &corpus_settings,
-            sizes.record_batch_tokens,
-        )?;
-        for (source, s) in &stats {
-            println!(
-                "corpus {source}: {} documents, {} samples ({} held out), recorded {} samples, \
-                 {} tokens ({} response)",
-                s.documents,
-                s.samples,
-                s.held_out_samples,
-                s.recorded_samples,
-                s.recorded_tokens,
-                s.response_tokens
-            );
-        }
-        shards
-    };
+    let corpus = corpus_shards(
+        &args,
+        &target_dir,
+        &work_dir,
+        &tap,
+        sizes.record_batch_tokens,
+    )?;
     let data = DistillData::with_training_only(distilled, corpus)?;
     println!(
         "data: {} sequences, {} tokens ({} features)",
@@ -232,6 +212,9 @@ fn main() -> Result<()> {
     );
 
     let config = training_config(&args);
+    if method == HeadMethod::Eagle3 {
+        print_vocab_coverage(&data, &config, target_config.vocab_size);
+    }
     let run = TrainingRun {
         args: &args,
         target_dir: &target_dir,
@@ -258,6 +241,65 @@ fn main() -> Result<()> {
     println!("{}", record.summary());
     println!("head written to {}", out.display());
     Ok(())
+}
+
+/// The corpus shards of `--corpus` (recorded now when missing), or none without sources.
+fn corpus_shards(
+    args: &Args,
+    target_dir: &Path,
+    work_dir: &Path,
+    tap: &FeatureTap,
+    record_batch_tokens: usize,
+) -> Result<Vec<FeatureShard>> {
+    if args.corpus.is_empty() {
+        return Ok(Vec::new());
+    }
+    let corpus_settings = CorpusSettings {
+        sources: args.corpus.clone(),
+        max_tokens: args.corpus_tokens,
+        holdout_every: args.corpus_holdout_every,
+        max_response_tokens: args.corpus_max_response,
+        shard_tokens: 16_384,
+        seed: args.seed,
+        tap: aquila_spec_decode::train::tap_name(tap),
+        top_k: args.record_top_k,
+    };
+    let (shards, stats) = build_corpus_data(
+        target_dir,
+        &work_dir.join("corpus-packages"),
+        &work_dir.join(args.method.name()).join("corpus"),
+        tap,
+        &corpus_settings,
+        record_batch_tokens,
+    )?;
+    for (source, s) in &stats {
+        println!(
+            "corpus {source}: {} documents, {} samples ({} held out), recorded {} samples, \
+             {} tokens ({} response)",
+            s.documents,
+            s.samples,
+            s.held_out_samples,
+            s.recorded_samples,
+            s.recorded_tokens,
+            s.response_tokens
+        );
+    }
+    Ok(shards)
+}
+
+/// Prints how much of the held-out greedy tokens draft vocabularies of several sizes cover.
+fn print_vocab_coverage(data: &DistillData, config: &TrainConfig, vocab_size: usize) {
+    let (train_set, val_set) = data.split(config.val_every);
+    let sizes = [1024, 2048, 4096, 8192, 16384, 32768];
+    let coverage = draft_vocab_coverage(data, &train_set, &val_set, vocab_size, &sizes);
+    let line: Vec<String> = coverage
+        .iter()
+        .map(|(size, share)| format!("{size}: {:.4}", share))
+        .collect();
+    println!(
+        "draft vocabulary coverage of held-out greedy tokens: {}",
+        line.join(", ")
+    );
 }
 
 /// Prints `count` random training samples of the corpus sources and how many each gives.

@@ -254,6 +254,30 @@ mod tests {
     }
 
     #[test]
+    fn gathers_top_k_distributions_of_each_position() {
+        let mut shard = FeatureShard::with_top_k(1, "last_hidden", 2);
+        let sequence = DistillSequence {
+            tokens: vec![4, 5],
+            prompt_len: 1,
+        };
+        shard
+            .push_with_top(
+                &sequence,
+                &[0.0, 1.0],
+                &[5, 6],
+                &[5, 7, 6, 8],
+                &[0.5, 0.25, 1.0, 0.0],
+            )
+            .unwrap();
+        let data = DistillData::new(vec![shard.clone(), shard]).unwrap();
+        assert_eq!(data.top_k(), 2);
+        let gathered = data.gather(&[(1, 0)]);
+        assert_eq!(gathered.top_k, 2);
+        assert_eq!(gathered.top_ids, vec![5, 7, 6, 8]);
+        assert_eq!(gathered.top_probs, vec![0.5, 0.25, 1.0, 0.0]);
+    }
+
+    #[test]
     fn training_only_shards_are_never_held_out() {
         let first = data().shards.remove(0);
         let extra = first.clone();

@@ -168,7 +168,7 @@ mod tests {
             .sum();
         assert!((probs[0] - 1.0 / z).abs() < 1e-6);
         assert_eq!(probs[0], probs[1]);
-        let z: f32 = 5.0f32.exp() + 3.0;
+        let z: f32 = 5.0f32.exp() + 3.0 * 1.0f32.exp();
         assert!((probs[2] - 5.0f32.exp() / z).abs() < 1e-6);
     }
 

@@ -115,6 +115,7 @@ where
     for (index, batch) in schedule_batches.iter().enumerate().take(stop).skip(start) {
         let step = index + 1;
         let lr = schedule.lr(index);
+        let started = std::time::Instant::now();
         let gathered = data.gather(batch);
         let mut noise_rng = ChaCha8Rng::seed_from_u64(config.seed ^ (step as u64).rotate_left(32));
         let options = StepOptions {
@@ -124,13 +125,26 @@ where
             noise: (config.noise > 0.0).then_some((config.noise, &mut noise_rng)),
             target_to_draft: &target_to_draft,
         };
+        let gathered_at = std::time::Instant::now();
         let (loss, stats) = run_batch(&head.to_eagle_head(), target, &gathered, options)?;
         let loss_value: f32 = loss.clone().into_scalar().elem();
         if !loss_value.is_finite() {
             return Err(TrainError::Diverged { step });
         }
+        let forward_at = std::time::Instant::now();
         let grads = GradientsParams::from_grads(loss.backward(), &head);
+        let backward_at = std::time::Instant::now();
         head = optimizer.step(lr, head, grads);
+        let ms = |a: std::time::Instant, b: std::time::Instant| (b - a).as_secs_f64() * 1e3;
+        tracing::debug!(
+            step,
+            tokens = gathered.argmax.len(),
+            gather_ms = ms(started, gathered_at),
+            forward_ms = ms(gathered_at, forward_at),
+            backward_ms = ms(forward_at, backward_at),
+            optimizer_ms = ms(backward_at, std::time::Instant::now()),
+            "training step"
+        );
         tokens_seen += gathered.argmax.len() as u64;
         let point = TrainPoint {
             step,
