@@ -86,3 +86,8 @@ pub use output::{
 pub use prompt::{Prompt, Prompts};
 pub use sampling_params::{SamplingParams, SamplingParamsError, MAX_LOGPROBS};
 pub use speculation::FeaturelessProposer;
+
+/// The README's examples, compiled (and, unless marked `no_run`, run) as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

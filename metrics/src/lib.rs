@@ -76,3 +76,8 @@ pub use snapshot::{
 };
 pub use stats::{FinishReason, FinishedRequestStats, IterationStats, KvCacheUsage, SchedulerStats};
 pub use summary::{EngineSummary, SpecDecodeSummary};
+
+/// The README's examples, compiled (and, unless marked `no_run`, run) as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

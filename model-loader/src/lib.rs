@@ -17,3 +17,8 @@ pub mod model;
 pub mod tokenizer;
 
 pub use error::LoadError;
+
+/// The README's examples, compiled (and, unless marked `no_run`, run) as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -1,7 +1,8 @@
 //! # aquila-spec-decode
 //!
-//! Speculative decoding for Aquila: EAGLE drafting (EAGLE-1, EAGLE-3 chains), n-gram drafting,
-//! lossless rejection sampling and the events that verification emits.
+//! Speculative decoding for Aquila: EAGLE drafting (EAGLE-1 and EAGLE-3 chains, EAGLE-2 dynamic
+//! draft trees), n-gram drafting, lossless rejection sampling and the events that verification
+//! emits ([`VerifyOutcome::event`]).
 //!
 //! - [`events`]: [`SpecDecodeEvent`] and the [`EventSink`] trait (the metrics crate's input).
 //! - [`sampling`]: the request sampling pipeline on f32 logits (penalties, temperature, min-p,
@@ -10,8 +11,8 @@
 //!   trees (q given or one-hot), batched over requests.
 //! - [`tree`]: [`DraftTree`] with attention masks, positions and EAGLE-2 pruning.
 //! - [`ngram`]: prompt-lookup drafting.
-//! - [`proposer`]: the [`proposer::Proposer`] trait, and with the `burn` feature the EAGLE chain
-//!   proposer; `eagle`: EAGLE-1 and EAGLE-3 heads loaded from real checkpoint layouts, built
+//! - [`proposer`]: the [`proposer::Proposer`] trait, and with the `burn` feature the EAGLE
+//!   proposer (chains, or EAGLE-2 trees expanded per depth and reranked globally); `eagle`: EAGLE-1 and EAGLE-3 heads loaded from real checkpoint layouts, built
 //!   randomly and exported back.
 //! - `train` (feature `train`): self-distillation data shards and the training loop of EAGLE-1
 //!   and EAGLE-3 heads (training-time test, AdamW, validation, checkpoints).

@@ -3,7 +3,8 @@
 //! metrics.
 
 use aquila_engine::{
-    AsyncLlmConfig, ChatMessage, EngineConfig, Prompt, SamplingParams, SpeculativeConfig,
+    AsyncLlmConfig, ChatMessage, DraftLength, EngineConfig, Prompt, SamplingParams,
+    SpeculativeConfig,
 };
 use serde_json::{json, Value};
 
@@ -13,9 +14,15 @@ use crate::common::spec::with_speculative;
 use crate::common::{config, llm_with, tiny_model, PROMPTS};
 
 /// The tiny engine's config with n-gram drafting (its repetitive greedy text gets drafts
-/// accepted).
+/// accepted), of a fixed length, so that each request's drafts depend on its own tokens
+/// only (the adaptive length follows measured step costs) and the server's per-request figures
+/// can be compared with the offline engine's.
 fn ngram_config(model: &std::path::Path) -> EngineConfig {
-    with_speculative(config(model), SpeculativeConfig::ngram(3))
+    let speculative = SpeculativeConfig {
+        draft_length: DraftLength::Fixed,
+        ..SpeculativeConfig::ngram(3)
+    };
+    with_speculative(config(model), speculative)
 }
 
 /// The text of every chunk, concatenated (completions: `text`; chat: `delta.content`).

@@ -9,8 +9,9 @@
 
 use rayon::prelude::*;
 
-/// Input rows up to which [`project_rows`] beats a general matrix product on this CPU
-/// (measured by `bench_forward`'s kernel comparison); larger products should use GEMM.
+/// Input rows up to which [`project_rows`], which streams each weight row once for all input
+/// rows, is chosen over a general matrix product; larger products use GEMM (`bench_kernels`
+/// compares the two).
 pub const MAX_GEMV_ROWS: usize = 16;
 
 /// Bytes of weights one parallel task reads (small enough to balance, large enough that
