@@ -6,6 +6,8 @@
 //! f32 kernels on plain slices for the forward pass ([`kernels`]), which the model reaches
 //! through the backend extension [`backend::KernelBackend`].
 
+#![warn(missing_docs)]
+
 pub mod backend;
 pub mod checkpoint;
 pub mod config;
