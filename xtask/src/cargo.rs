@@ -19,8 +19,15 @@ fn cargo_program() -> String {
 
 /// Runs `cargo <args>` in the workspace root and fails if it fails.
 pub fn cargo(args: &[&str]) -> Result<()> {
+    cargo_with_env(args, &[])
+}
+
+/// Runs `cargo <args>` in the workspace root with the extra environment variables `env`, and
+/// fails if it fails.
+pub fn cargo_with_env(args: &[&str], env: &[(&str, &str)]) -> Result<()> {
     let status = Command::new(cargo_program())
         .args(args)
+        .envs(env.iter().copied())
         .current_dir(workspace_root())
         .status()
         .with_context(|| format!("could not start cargo {}", args.join(" ")))?;

@@ -1,6 +1,6 @@
 //! The xtask commands.
 
-use crate::cargo::{cargo, run_example, workspace_root, Profile};
+use crate::cargo::{cargo, cargo_with_env, run_example, workspace_root, Profile};
 use anyhow::{bail, Result};
 
 /// Directory of the default target model, relative to the workspace root.
@@ -40,6 +40,10 @@ pub fn test(skip_cuda_check: bool) -> Result<()> {
         "-D",
         "warnings",
     ])?;
+    cargo_with_env(
+        &["doc", "--workspace", "--no-deps"],
+        &[("RUSTDOCFLAGS", "-D warnings")],
+    )?;
     ensure_default_model()?;
     cargo(&["test", "--workspace", "--no-fail-fast"])?;
     if !skip_cuda_check {

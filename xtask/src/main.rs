@@ -33,7 +33,8 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// What CI runs: fmt check, clippy -D warnings, model import, all tests, CUDA feature check.
+    /// What CI runs: fmt check, clippy -D warnings, rustdoc -D warnings, model import, all tests,
+    /// CUDA feature check.
     Test {
         /// Skip `cargo check --features cuda` (it compiles the CUDA backend's dependencies).
         #[arg(long)]

