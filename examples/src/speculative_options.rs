@@ -1,5 +1,5 @@
-//! The speculative-decoding command-line options of the `serve` example (the `eagle` example's
-//! options, plus `--method none`), and the one function that turns them into the engine's
+//! The speculative-decoding command-line options of the `eagle` and `serve` examples (`serve`
+//! also takes `--method none`), and the one function that turns them into the engine's
 //! [`SpeculativeConfig`].
 
 use std::path::{Path, PathBuf};

@@ -5,16 +5,16 @@
 
 use anyhow::{bail, Context, Result};
 use aquila_engine::{
-    DraftLength, DraftTreeConfig, EagleDrafter, EngineConfig, Llm, NgramDrafter, Prompt,
-    RequestOutput, SamplingParams, SpeculativeConfig, SpeculativeMethod,
+    DraftLength, EagleDrafter, EngineConfig, Llm, Prompt, RequestOutput, SamplingParams,
+    SpeculativeConfig, SpeculativeMethod,
 };
 use aquila_examples::device::{DeviceArgs, DeviceChoice};
-use aquila_examples::heads;
 use aquila_examples::paths::default_model_dir;
 use aquila_examples::prompts::{builtin_chat_prompts, read_prompts_file};
 use aquila_examples::report::SpecDecodeReport;
+use aquila_examples::speculative_options::SpeculativeOptions;
 use aquila_metrics::MetricsServer;
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -27,33 +27,8 @@ struct Args {
     model: Option<PathBuf>,
     #[command(flatten)]
     device: DeviceArgs,
-    /// Drafting method; default: `eagle3` when an EAGLE-3 head is shipped, else `eagle`.
-    #[arg(long, value_enum)]
-    method: Option<Method>,
-    /// Draft head directory (EAGLE-1 or EAGLE-3 checkpoint); defaults to the shipped head.
-    #[arg(long)]
-    draft: Option<PathBuf>,
-    /// Draft tokens per step (chains), or the depth of EAGLE-2 draft trees.
-    #[arg(long, default_value_t = 3)]
-    num_spec_tokens: usize,
-    /// EAGLE-2 dynamic draft trees of this many draft tokens (nodes besides the root) instead
-    /// of chains; 0 drafts chains.
-    #[arg(long, default_value_t = 0)]
-    tree_nodes: usize,
-    /// Children per expanded node (and nodes expanded per depth) of EAGLE-2 draft trees.
-    #[arg(long, default_value_t = DraftTreeConfig::default().top_k)]
-    tree_top_k: usize,
-    /// Speculate only while at most this many requests run (larger batches decode plainly).
-    #[arg(long)]
-    disable_by_batch_size: Option<usize>,
-    /// `adaptive`: each step, each request drafts the length (0 to --num-spec-tokens) that
-    /// maximizes expected tokens per second from the engine's own timings; `fixed`: always
-    /// --num-spec-tokens.
-    #[arg(long, value_enum, default_value_t = DraftLengthArg::Adaptive)]
-    draft_length: DraftLengthArg,
-    /// With `--draft-length adaptive`: fewest draft tokens per request and step.
-    #[arg(long, default_value_t = 0)]
-    min_draft_tokens: usize,
+    #[command(flatten)]
+    speculative: SpeculativeOptions,
     /// Sampling temperature (0 = greedy).
     #[arg(long, default_value_t = 0.0)]
     temperature: f32,
@@ -89,74 +64,6 @@ struct Args {
     /// meant to help; the engine's default batches up to 16).
     #[arg(long)]
     max_num_seqs: Option<usize>,
-}
-
-/// The drafting methods of the example.
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum Method {
-    /// EAGLE-1 head on the target's last hidden state.
-    Eagle,
-    /// EAGLE-3 head on three auxiliary layers.
-    Eagle3,
-    /// Prompt-lookup n-grams (no draft model).
-    Ngram,
-}
-
-/// How many tokens each request drafts per step.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum DraftLengthArg {
-    /// Chosen per request and step by the engine's cost model.
-    Adaptive,
-    /// Always --num-spec-tokens.
-    Fixed,
-}
-
-/// The method asked for, or the default: the shipped EAGLE-3 head when there is one.
-fn resolve_method(args: &Args) -> Method {
-    args.method.unwrap_or_else(|| {
-        if heads::shipped_eagle3_head_dir()
-            .join("config.json")
-            .exists()
-        {
-            Method::Eagle3
-        } else {
-            Method::Eagle
-        }
-    })
-}
-
-/// Picks the draft head, saying which one is used.
-fn resolve_draft(args: &Args, method: Method, model_dir: &Path) -> Result<Option<PathBuf>> {
-    if matches!(method, Method::Ngram) {
-        println!("draft: n-gram prompt lookup (no draft model)");
-        return Ok(None);
-    }
-    if let Some(dir) = &args.draft {
-        println!("draft: {}", dir.display());
-        return Ok(Some(dir.clone()));
-    }
-    if matches!(method, Method::Eagle3) {
-        let shipped = heads::shipped_eagle3_head_dir();
-        if !shipped.join("config.json").exists() {
-            bail!("--method eagle3 needs --draft DIR (no EAGLE-3 head is shipped)");
-        }
-        println!("draft: the shipped EAGLE-3 head {}", shipped.display());
-        return Ok(Some(shipped));
-    }
-    let shipped = heads::shipped_head_dir();
-    if shipped.join("config.json").exists() {
-        println!("draft: the shipped EAGLE-1 head {}", shipped.display());
-        return Ok(Some(shipped));
-    }
-    let random = heads::untrained_head_dir();
-    heads::write_untrained_eagle1(model_dir, &random)?;
-    println!(
-        "draft: NO trained EAGLE head is shipped yet; using an UNTRAINED EAGLE-1 head with random \
-         weights ({}). Output stays exact (verification is lossless) but acceptance is near zero. \
-         Pass a trained head with --draft DIR, or try --method ngram.",
-        random.display()
-    );
-    Ok(Some(random))
 }
 
 fn load_prompts(args: &Args) -> Result<Vec<Prompt>> {
@@ -224,44 +131,23 @@ fn main() -> Result<()> {
     }
     println!("target: {}", model_dir.display());
     println!("device: {device}");
-    let chosen = resolve_method(&args);
-    let draft = resolve_draft(&args, chosen, &model_dir)?;
-    let tree = (args.tree_nodes > 0).then_some(DraftTreeConfig {
-        top_k: args.tree_top_k,
-        num_nodes: args.tree_nodes,
-    });
-    let method = match (chosen, draft) {
-        (Method::Eagle, Some(draft_model)) => {
-            SpeculativeMethod::Eagle(EagleDrafter { draft_model, tree })
-        }
-        (Method::Eagle3, Some(draft_model)) => {
-            SpeculativeMethod::Eagle3(EagleDrafter { draft_model, tree })
-        }
-        (Method::Ngram, _) if tree.is_some() => {
-            bail!("--tree-nodes needs an EAGLE method; n-gram drafting proposes chains")
-        }
-        (Method::Ngram, _) => SpeculativeMethod::Ngram(NgramDrafter::default()),
-        (_, None) => bail!("an EAGLE method needs a draft head (--draft DIR)"),
-    };
-    let mut speculative = SpeculativeConfig::new(method, args.num_spec_tokens);
-    speculative.disable_by_batch_size = args.disable_by_batch_size;
-    speculative.draft_length = match args.draft_length {
-        DraftLengthArg::Adaptive => DraftLength::Adaptive {
-            min_draft_tokens: args.min_draft_tokens,
-        },
-        DraftLengthArg::Fixed if args.min_draft_tokens > 0 => {
-            bail!("--min-draft-tokens bounds --draft-length adaptive only")
-        }
-        DraftLengthArg::Fixed => DraftLength::Fixed,
+    let Some(speculative) = args.speculative.speculative_config()? else {
+        bail!("the eagle example shows speculative decoding: choose a drafting --method");
     };
     let prompts = load_prompts(&args)?;
     let params = sampling_params(&args)?;
-    let shape = match tree {
-        Some(tree) => format!(
-            "EAGLE-2 trees of depth {}, top-k {}, {} draft tokens",
-            args.num_spec_tokens, tree.top_k, tree.num_nodes
+    let k = speculative.num_speculative_tokens;
+    let shape = match &speculative.method {
+        SpeculativeMethod::Eagle(EagleDrafter {
+            tree: Some(tree), ..
+        })
+        | SpeculativeMethod::Eagle3(EagleDrafter {
+            tree: Some(tree), ..
+        }) => format!(
+            "EAGLE-2 trees of depth {k}, top-k {}, {} draft tokens",
+            tree.top_k, tree.num_nodes
         ),
-        None => format!("k = {}", args.num_spec_tokens),
+        _ => format!("k = {k}"),
     };
     let length = match speculative.draft_length {
         DraftLength::Fixed => "fixed draft length".to_string(),
