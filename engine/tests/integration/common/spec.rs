@@ -3,7 +3,9 @@
 
 use std::path::Path;
 
-use aquila_engine::{EngineConfig, Llm, Prompt, RequestOutput, SamplingParams, SpeculativeConfig};
+use aquila_engine::{
+    Device, EngineConfig, Llm, Prompt, RequestOutput, SamplingParams, SpeculativeConfig,
+};
 use aquila_model_loader::config::LlamaConfig;
 use aquila_model_loader::fixtures::eagle::{
     write_tiny_eagle1, write_tiny_eagle3, TinyEagle1Options, TinyEagle3Options,
@@ -69,4 +71,52 @@ pub fn prompt_ids(llm: &Llm, texts: &[&str]) -> Vec<Prompt> {
         .iter()
         .map(|text| Prompt::TokenIds(llm.tokenizer().encode(text, true).expect("tokenizable")))
         .collect()
+}
+
+/// Two short prompts for the lossless checks on the real model.
+const SMOLLM2_PROMPTS: [&str; 2] = [
+    "The capital of France is",
+    "Write a short poem about the sea:",
+];
+
+/// Checks on the real SmolLM2 model in `model`, run on `device`, that greedy output with an
+/// EAGLE-1 head of random weights drafting `k` tokens, for every `k` of `ks`, equals greedy
+/// plain output, batched and one request at a time, and that drafts were verified.
+pub fn assert_smollm2_lossless(model: &Path, device: Device, ks: &[usize], max_tokens: usize) {
+    let config = || {
+        let mut config = EngineConfig::new(model);
+        config.device = device;
+        config.max_num_seqs = 2;
+        config.max_num_batched_tokens = 256;
+        config.max_model_len = Some(256);
+        config
+    };
+    let head = eagle1_head(model);
+    let greedy = super::greedy(max_tokens);
+    let mut plain = Llm::new(config()).expect("SmolLM2 engine");
+    let prompts = prompt_ids(&plain, &SMOLLM2_PROMPTS);
+    let params = vec![greedy.clone(); prompts.len()];
+    let baseline: Vec<Vec<u32>> = run(&mut plain, &prompts, &params)
+        .into_iter()
+        .map(|o| o.token_ids)
+        .collect();
+    drop(plain);
+    for &k in ks {
+        let mut speculative = config();
+        speculative.speculative = Some(SpeculativeConfig::eagle(head.path(), k));
+        let mut llm = Llm::new(speculative).expect("speculative SmolLM2 engine");
+        let outputs = run(&mut llm, &prompts, &params);
+        let drafted: usize = outputs.iter().map(|o| o.metrics.num_draft_tokens).sum();
+        assert!(
+            drafted > 0,
+            "{device:?}, k = {k}: no draft token was verified"
+        );
+        let batched: Vec<Vec<u32>> = outputs.into_iter().map(|o| o.token_ids).collect();
+        assert_eq!(batched, baseline, "{device:?}, batched, k = {k}");
+        assert_eq!(
+            run_single(&mut llm, &prompts, &greedy),
+            baseline,
+            "{device:?}, one at a time, k = {k}"
+        );
+    }
 }
