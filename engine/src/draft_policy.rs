@@ -8,15 +8,18 @@
 //! falling `g`, the best number of them decides each request's length. A large batch, whose
 //! extra rows cost nearly a full row each, drafts little or nothing; one request with a good
 //! drafter drafts the maximum. Requests whose drafts keep failing stop drafting and are probed
-//! with one draft token now and then.
+//! with one draft token now and then. A [`GoodputGuard`] checks the model against the tokens
+//! per second drafting steps actually delivered, and stops drafting at batch sizes where it
+//! delivered less than plain decoding.
 
 use crate::acceptance::{AcceptanceEstimate, AcceptancePrior};
+use crate::config::DraftLength;
+use crate::goodput_guard::{Allowance, DecodeStep, GoodputGuard};
+use crate::step_costs::{StepCosts, StepTiming};
 
 /// How much faster than drafting only the minimum the chosen drafts must be expected to make a
 /// step: the estimates are noisy, and a draft that only seems to pay costs real time.
 const MIN_EXPECTED_GAIN: f64 = 0.03;
-use crate::config::DraftLength;
-use crate::step_costs::{StepCosts, StepTiming};
 
 /// One running request about to draft.
 #[derive(Debug)]
@@ -37,6 +40,7 @@ pub(crate) struct DraftPolicy {
     max_depth: usize,
     costs: StepCosts,
     prior: AcceptancePrior,
+    guard: GoodputGuard,
 }
 
 impl DraftPolicy {
@@ -54,6 +58,7 @@ impl DraftPolicy {
             max_depth,
             costs: StepCosts::default(),
             prior: AcceptancePrior::new(max_draft_tokens),
+            guard: GoodputGuard::default(),
         }
     }
 
@@ -74,9 +79,19 @@ impl DraftPolicy {
         self.prior.observe(fed, accepted);
     }
 
-    /// Takes in one step's timings.
+    /// Takes in one step's timings (after its drafting call).
     pub fn observe_step(&mut self, timing: &StepTiming) {
         self.costs.observe(timing);
+        self.guard.observe_draft_call(timing.draft.as_secs_f64());
+    }
+
+    /// Takes in a step's result before its drafting call: `Some` for a step in which every
+    /// request decoded, `None` for a step with prefill work, which is not compared.
+    pub fn observe_decode(&mut self, step: Option<&DecodeStep>) {
+        match step {
+            Some(step) => self.guard.observe_decode(step),
+            None => self.guard.skip_step(),
+        }
     }
 
     /// The drafting call's depth for drafts of `lengths` tokens.
@@ -92,7 +107,7 @@ impl DraftPolicy {
     /// and the coming step also feeds `other_rows` rows besides the candidates' roots and
     /// drafts.
     pub fn choose(
-        &self,
+        &mut self,
         num_running: usize,
         other_rows: usize,
         candidates: &mut [DraftCandidate<'_>],
@@ -104,6 +119,12 @@ impl DraftPolicy {
             DraftLength::Fixed => return candidates.iter().map(|c| c.cap).collect(),
             DraftLength::Adaptive { min_draft_tokens } => min_draft_tokens,
         };
+        if self.guard.allowance(num_running) == Allowance::Plain {
+            return candidates
+                .iter()
+                .map(|c| c.cap.min(min_draft_tokens))
+                .collect();
+        }
         let mut lengths = self.best_lengths(other_rows, candidates, min_draft_tokens);
         for (length, candidate) in lengths.iter_mut().zip(candidates.iter_mut()) {
             let probe = candidate.acceptance.drafts_or_probes(*length > 0);
@@ -147,8 +168,9 @@ impl DraftPolicy {
             .map(|(request, &floor)| 1.0 + (1..=floor).map(|row| gain(request, row)).sum::<f64>())
             .sum();
         let mut depth = self.draft_depth(&floors);
+        let floor_tokens: usize = floors.iter().sum();
         let cost = |extra: usize, depth: usize| {
-            forward[extra] + self.costs.draft(depth) + self.costs.other()
+            forward[extra] + self.costs.draft(depth, floor_tokens + extra) + self.costs.other()
         };
         let minimum_rate = tokens / cost(0, depth);
         let (mut best, mut best_rate) = (0, minimum_rate);
@@ -190,6 +212,7 @@ mod tests {
                 rows,
                 forward: Duration::from_secs_f64(ms / 1e3),
                 draft_depth: 0,
+                draft_tokens: 0,
                 draft: Duration::ZERO,
                 other: Duration::ZERO,
             });
@@ -203,7 +226,7 @@ mod tests {
     }
 
     fn choose(
-        policy: &DraftPolicy,
+        policy: &mut DraftPolicy,
         estimates: &mut [AcceptanceEstimate],
         cap: usize,
     ) -> Vec<usize> {
@@ -220,7 +243,7 @@ mod tests {
         let mut policy = DraftPolicy::new(ADAPTIVE, None, 3, 3);
         measured(&mut policy, 25.0, 8, 3.0);
         let mut one = estimates(1, &[0.7, 0.5, 0.35]);
-        assert_eq!(choose(&policy, &mut one, 3), vec![3]);
+        assert_eq!(choose(&mut policy, &mut one, 3), vec![3]);
     }
 
     #[test]
@@ -228,10 +251,10 @@ mod tests {
         let mut policy = DraftPolicy::new(ADAPTIVE, None, 3, 3);
         measured(&mut policy, 25.0, 12, 3.0);
         let mut sixteen = estimates(16, &[0.4, 0.15, 0.05]);
-        let lengths = choose(&policy, &mut sixteen, 3);
+        let lengths = choose(&mut policy, &mut sixteen, 3);
         assert!(lengths.iter().all(|&n| n == 0), "{lengths:?}");
         let mut eight = estimates(8, &[0.9, 0.8, 0.6]);
-        let lengths = choose(&policy, &mut eight, 3);
+        let lengths = choose(&mut policy, &mut eight, 3);
         let total: usize = lengths.iter().sum();
         assert!(total > 0 && total < 24, "{lengths:?}");
     }
@@ -242,7 +265,7 @@ mod tests {
         measured(&mut policy, 25.0, 2, 3.0);
         let mut mixed = estimates(4, &[0.05, 0.0, 0.0]);
         mixed[2] = AcceptanceEstimate::new(vec![0.95, 0.9, 0.85]);
-        let lengths = choose(&policy, &mut mixed, 3);
+        let lengths = choose(&mut policy, &mut mixed, 3);
         assert_eq!(lengths, vec![0, 0, 3, 0]);
     }
 
@@ -251,7 +274,7 @@ mod tests {
         let mut policy = DraftPolicy::new(ADAPTIVE, None, 4, 4);
         measured(&mut policy, 25.0, 8, 2.0);
         let mut perfect = estimates(8, &[1.0; 4]);
-        assert_eq!(choose(&policy, &mut perfect, 4), vec![4; 8]);
+        assert_eq!(choose(&mut policy, &mut perfect, 4), vec![4; 8]);
     }
 
     #[test]
@@ -261,7 +284,7 @@ mod tests {
         let mut estimate = policy.new_estimate();
         let mut drafted = Vec::new();
         for _ in 0..300 {
-            let n = choose(&policy, std::slice::from_mut(&mut estimate), 3)[0];
+            let n = choose(&mut policy, std::slice::from_mut(&mut estimate), 3)[0];
             drafted.push(n);
             if n > 0 {
                 policy.observe_verification(&mut estimate, n, &[]);
@@ -279,7 +302,7 @@ mod tests {
 
     #[test]
     fn fixed_length_and_the_batch_size_limit() {
-        let fixed = DraftPolicy::new(DraftLength::Fixed, Some(2), 3, 3);
+        let mut fixed = DraftPolicy::new(DraftLength::Fixed, Some(2), 3, 3);
         let mut two = estimates(2, &[0.0; 3]);
         let running = 2;
         let mut candidates: Vec<DraftCandidate<'_>> = two
@@ -293,9 +316,9 @@ mod tests {
 
     #[test]
     fn the_minimum_is_always_drafted_and_untimed_engines_draft_everything() {
-        let untimed = DraftPolicy::new(ADAPTIVE, None, 3, 3);
+        let mut untimed = DraftPolicy::new(ADAPTIVE, None, 3, 3);
         let mut bad = estimates(2, &[0.0; 3]);
-        assert_eq!(choose(&untimed, &mut bad, 3), vec![3, 3]);
+        assert_eq!(choose(&mut untimed, &mut bad, 3), vec![3, 3]);
         let mut policy = DraftPolicy::new(
             DraftLength::Adaptive {
                 min_draft_tokens: 2,
@@ -305,6 +328,6 @@ mod tests {
             3,
         );
         measured(&mut policy, 25.0, 0, 3.0);
-        assert_eq!(choose(&policy, &mut bad, 3), vec![2, 2]);
+        assert_eq!(choose(&mut policy, &mut bad, 3), vec![2, 2]);
     }
 }

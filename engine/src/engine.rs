@@ -17,6 +17,7 @@ use burn::tensor::Tensor;
 use crate::config::{EngineConfig, ResolvedLimits};
 use crate::draft_policy::{DraftCandidate, DraftPolicy};
 use crate::error::{EngineError, PromptError};
+use crate::goodput_guard::DecodeStep;
 use crate::model_runner::{ModelRunner, StepForward};
 use crate::output::{RequestDelta, RequestId, RequestOutput, StepOutput};
 use crate::pending_draft::PendingDraft;
@@ -301,8 +302,15 @@ impl<B: KernelBackend> Engine<B> {
             ..
         } = context;
         let draft_start = Instant::now();
-        let mut draft_depth = 0;
+        let (mut draft_depth, mut draft_tokens) = (0, 0);
         if let Some(speculation) = self.speculation.as_mut() {
+            let decode = decode_step(
+                &batch,
+                num_running,
+                iteration.num_generation_tokens,
+                draft_start - forward_start,
+            );
+            speculation.policy.observe_decode(decode.as_ref());
             for (entry, result) in batch.iter_mut().zip(&results) {
                 let fed = entry.work.num_draft_tokens;
                 if fed > 0 && result.finish != Some(Finish::ABORT) {
@@ -314,7 +322,7 @@ impl<B: KernelBackend> Engine<B> {
                 }
             }
             let num_finished = results.iter().filter(|r| r.finish.is_some()).count();
-            draft_depth = speculation.draft_next(
+            (draft_depth, draft_tokens) = speculation.draft_next(
                 features.as_ref(),
                 &mut batch,
                 &results,
@@ -336,6 +344,7 @@ impl<B: KernelBackend> Engine<B> {
                 rows: plan.num_batched_tokens(),
                 forward: forward_done - forward_start,
                 draft_depth,
+                draft_tokens,
                 draft: draft_done - draft_start,
                 other: draft_start - forward_done,
             });
@@ -593,7 +602,7 @@ impl<B: KernelBackend> Speculation<B> {
     /// unfinished committed (features at its fed known rows and accepted draft rows) and
     /// stores the draft each gets for its next step, as long as the policy chooses while
     /// `num_running` requests run, capped so the root and drafts stay inside `max_model_len`.
-    /// Returns the depth asked of the drafter.
+    /// Returns the depth and the number of draft tokens asked of the drafter.
     fn draft_next(
         &mut self,
         features: Option<&Tensor<B, 2>>,
@@ -602,7 +611,7 @@ impl<B: KernelBackend> Speculation<B> {
         num_running: usize,
         max_model_len: usize,
         vocab_size: usize,
-    ) -> usize {
+    ) -> (usize, usize) {
         let k = self.drafter.num_speculative_tokens();
         let mut spans = Vec::with_capacity(batch.len());
         let mut first_row = 0;
@@ -658,6 +667,7 @@ impl<B: KernelBackend> Speculation<B> {
             self.policy.choose(num_running, other_rows, &mut candidates)
         };
         let depth = self.policy.draft_depth(&lengths);
+        let tokens = lengths.iter().sum();
         let requests: Vec<ProposeRequest<'_>> = spans
             .iter()
             .zip(&lengths)
@@ -682,8 +692,25 @@ impl<B: KernelBackend> Speculation<B> {
                 PendingDraft::default()
             });
         }
-        depth
+        (depth, tokens)
     }
+}
+
+/// The guard's view of a step in which every request of `batch` decoded (one known token, and
+/// its drafts); `None` for a step with prefill work.
+fn decode_step(
+    batch: &[BatchEntry<'_>],
+    num_running: usize,
+    tokens: u64,
+    elapsed: std::time::Duration,
+) -> Option<DecodeStep> {
+    let decodes = |entry: &BatchEntry<'_>| entry.work.samples && entry.work.num_known_tokens == 1;
+    batch.iter().all(decodes).then(|| DecodeStep {
+        num_running,
+        verified_drafts: batch.iter().any(|entry| entry.work.num_draft_tokens > 0),
+        tokens: tokens as usize,
+        seconds: elapsed.as_secs_f64(),
+    })
 }
 
 /// The seed of request `id` that set none: a SplitMix64 mix of the engine seed and the id, so

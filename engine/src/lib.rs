@@ -23,7 +23,8 @@
 //!   after every target forward; `pending_draft.rs`: a draft until its verification;
 //!   `draft_policy.rs`: how many tokens each request drafts per step, from `step_costs.rs`
 //!   (the engine's timings of its own steps) and `acceptance.rs` (each request's acceptance
-//!   per draft row).
+//!   per draft row), checked by `goodput_guard.rs` (the tokens per second drafting steps and
+//!   plain steps delivered, per batch size).
 //! * With the `server` feature: `AsyncLlm` (`async_llm/`), the engine stepping on its own
 //!   thread behind channels, and `server/`, an OpenAI-compatible HTTP server over it.
 //!
@@ -48,6 +49,7 @@ mod config;
 mod draft_policy;
 mod engine;
 mod error;
+mod goodput_guard;
 mod kv_budget;
 mod llm;
 mod model_runner;

@@ -1,10 +1,12 @@
 //! The engine's online model of what a step costs: the target forward by number of rows, the
-//! drafting call by draft depth, and the rest of the step, each a smoothed average of the
-//! engine's own timings. Unmeasured points are interpolated between measured ones; beyond the
-//! largest measured forward the cost grows in proportion to the rows (compute-bound), below the
-//! smallest it stays flat (memory-bound).
+//! drafting call by draft depth and draft tokens, and the rest of the step, from the engine's
+//! own timings. Forward costs are smoothed averages per row count; unmeasured points are
+//! interpolated between measured ones; beyond the largest measured forward the cost grows in
+//! proportion to the rows (compute-bound), below the smallest it stays flat (memory-bound).
+//! Drafting costs are a least-squares fit over the recent drafting calls: each draft step (a
+//! depth) costs a fixed part, each draft token a part of its own.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 /// Weight of a new timing in a smoothed average: large enough to follow a changing machine,
@@ -24,6 +26,9 @@ impl Smoothed {
         self.0 += SMOOTHING * (value - self.0);
     }
 }
+
+/// Drafting calls the draft-cost fit keeps.
+const DRAFT_WINDOW: usize = 64;
 
 /// A measured size and its smoothed seconds.
 type Point = (usize, f64);
@@ -78,17 +83,86 @@ pub(crate) struct StepTiming {
     pub forward: Duration,
     /// The deepest draft asked of the drafter.
     pub draft_depth: usize,
+    /// Draft tokens asked of the drafter, over all requests.
+    pub draft_tokens: usize,
     /// The drafting call.
     pub draft: Duration,
     /// Everything else of the step (verification, commit, outputs).
     pub other: Duration,
 }
 
+/// Seconds of drafting calls: taking in committed rows alone (depth 0), and drafting as a
+/// fixed cost per draft step plus a cost per draft token.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct DraftCosts {
+    taking_in: Option<Smoothed>,
+    /// Recent drafting calls: depth, tokens, and seconds beyond taking in.
+    recent: VecDeque<(f64, f64, f64)>,
+    /// Seconds per draft step and per draft token, fitted to `recent`.
+    per_step: f64,
+    per_token: f64,
+}
+
+impl DraftCosts {
+    fn observe(&mut self, depth: usize, tokens: usize, seconds: f64) {
+        if !seconds.is_finite() || seconds < 0.0 {
+            return;
+        }
+        if depth == 0 {
+            match &mut self.taking_in {
+                Some(smoothed) => smoothed.update(seconds),
+                None => self.taking_in = Some(Smoothed(seconds)),
+            }
+            return;
+        }
+        let beyond = (seconds - self.taking_in()).max(0.0);
+        if self.recent.len() == DRAFT_WINDOW {
+            self.recent.pop_front();
+        }
+        self.recent.push_back((depth as f64, tokens as f64, beyond));
+        self.fit();
+    }
+
+    /// Least squares of seconds over (depth, tokens) without intercept, slightly regularized
+    /// so that collinear calls (one request: tokens = depth) split the cost evenly; falls back
+    /// to a cost per token alone when a coefficient comes out negative.
+    fn fit(&mut self) {
+        let (mut dd, mut dt, mut tt, mut dy, mut ty) = (0.0, 0.0, 0.0, 0.0, 0.0);
+        for &(d, t, y) in &self.recent {
+            (dd, dt, tt) = (dd + d * d, dt + d * t, tt + t * t);
+            (dy, ty) = (dy + d * y, ty + t * y);
+        }
+        let ridge = 1e-3 * (dd + tt) / 2.0;
+        let (a, b, c) = (dd + ridge, dt, tt + ridge);
+        let det = a * c - b * b;
+        let (per_step, per_token) = if det > 0.0 {
+            ((c * dy - b * ty) / det, (a * ty - b * dy) / det)
+        } else {
+            (-1.0, 0.0)
+        };
+        (self.per_step, self.per_token) = if per_step >= 0.0 && per_token >= 0.0 {
+            (per_step, per_token)
+        } else if tt > 0.0 {
+            (0.0, (ty / tt).max(0.0))
+        } else {
+            (0.0, 0.0)
+        };
+    }
+
+    fn taking_in(&self) -> f64 {
+        self.taking_in.map_or(0.0, |smoothed| smoothed.0)
+    }
+
+    fn estimate(&self, depth: usize, tokens: usize) -> f64 {
+        self.taking_in() + self.per_step * depth as f64 + self.per_token * tokens as f64
+    }
+}
+
 /// The engine's cost model.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct StepCosts {
     forward: CostCurve,
-    draft: CostCurve,
+    draft: DraftCosts,
     other: Option<Smoothed>,
 }
 
@@ -99,8 +173,11 @@ impl StepCosts {
             self.forward
                 .observe(timing.rows, timing.forward.as_secs_f64());
         }
-        self.draft
-            .observe(timing.draft_depth, timing.draft.as_secs_f64());
+        self.draft.observe(
+            timing.draft_depth,
+            timing.draft_tokens,
+            timing.draft.as_secs_f64(),
+        );
         let other = timing.other.as_secs_f64();
         match &mut self.other {
             Some(smoothed) => smoothed.update(other),
@@ -128,17 +205,10 @@ impl StepCosts {
         Some(curve)
     }
 
-    /// Estimated seconds of a drafting call whose deepest draft is `depth` (0: taking in
-    /// committed rows only); 0 before any measurement.
-    pub fn draft(&self, depth: usize) -> f64 {
-        let beyond = |s0: usize, c0: f64| {
-            if s0 == 0 {
-                c0 // Only taking in was measured: drafting is assumed to add nothing yet.
-            } else {
-                c0 * depth as f64 / s0 as f64
-            }
-        };
-        self.draft.estimate(depth, beyond).unwrap_or(0.0).max(0.0)
+    /// Estimated seconds of a drafting call whose deepest draft is `depth`, asking `tokens` draft
+    /// tokens in all (0, 0: taking in committed rows only); 0 before any measurement.
+    pub fn draft(&self, depth: usize, tokens: usize) -> f64 {
+        self.draft.estimate(depth, tokens)
     }
 
     /// Estimated seconds of the rest of a step.
@@ -156,6 +226,7 @@ mod tests {
             rows,
             forward: Duration::from_millis(ms),
             draft_depth: 0,
+            draft_tokens: 0,
             draft: Duration::ZERO,
             other: Duration::ZERO,
         });
@@ -191,22 +262,49 @@ mod tests {
         assert!((cost - 0.020).abs() < 1e-9, "{cost}");
     }
 
+    fn draft_call(costs: &mut StepCosts, depth: usize, tokens: usize, ms: f64) {
+        costs.observe(&StepTiming {
+            rows: 1,
+            forward: Duration::from_millis(20),
+            draft_depth: depth,
+            draft_tokens: tokens,
+            draft: Duration::from_secs_f64(ms / 1e3),
+            other: Duration::from_millis(2),
+        });
+    }
+
     #[test]
-    fn draft_costs_follow_the_depth() {
+    fn draft_costs_split_into_steps_and_tokens() {
         let mut costs = StepCosts::default();
-        assert_eq!(costs.draft(3), 0.0);
-        for (depth, ms) in [(0, 1), (3, 7)] {
-            costs.observe(&StepTiming {
-                rows: 1,
-                forward: Duration::from_millis(20),
-                draft_depth: depth,
-                draft: Duration::from_millis(ms),
-                other: Duration::from_millis(2),
-            });
+        assert_eq!(costs.draft(3, 3), 0.0);
+        draft_call(&mut costs, 0, 0, 1.0);
+        // 1 ms to take in, 2 ms per draft step, 0.5 ms per draft token.
+        for (depth, tokens) in [(3, 3), (3, 24), (1, 8), (2, 9), (3, 12)] {
+            let ms = 1.0 + 2.0 * depth as f64 + 0.5 * tokens as f64;
+            draft_call(&mut costs, depth, tokens, ms);
         }
-        assert!((costs.draft(0) - 0.001).abs() < 1e-9);
-        assert!((costs.draft(2) - 0.005).abs() < 1e-9, "interpolated");
-        assert!((costs.draft(6) - 0.014).abs() < 1e-9, "proportional beyond");
+        assert!((costs.draft(0, 0) - 0.001).abs() < 1e-9);
+        let expected = 0.001 + 0.002 * 3.0 + 0.0005 * 16.0;
+        assert!(
+            (costs.draft(3, 16) - expected).abs() < 1e-4,
+            "{}",
+            costs.draft(3, 16)
+        );
         assert!((costs.other() - 0.002).abs() < 1e-9);
+    }
+
+    #[test]
+    fn one_request_drafts_cost_per_token() {
+        let mut costs = StepCosts::default();
+        for depth in [1, 2, 3, 3, 2] {
+            draft_call(&mut costs, depth, depth, 3.0 * depth as f64);
+        }
+        for depth in 1..=3 {
+            let cost = costs.draft(depth, depth);
+            assert!(
+                (cost - 0.003 * depth as f64).abs() < 1e-5,
+                "{depth}: {cost}"
+            );
+        }
     }
 }

@@ -315,7 +315,7 @@ fn ms(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1e3
 }
 
-/// Generates the prompts once to warm up, then once timed.
+/// Generates the workload once to warm up, then once timed.
 fn run_config(
     model: &Path,
     device: DeviceChoice,
@@ -333,7 +333,9 @@ fn run_config(
     let mut llm = Llm::new(config).with_context(|| format!("starting `{name}`"))?;
     let prompts: Vec<Prompt> = builtin_chat_prompts(workload.num_prompts);
     let params = SamplingParams::greedy(args.max_tokens);
-    llm.generate(prompts[..1].to_vec(), &params)?;
+    // The warm-up runs the whole workload, so that the timed run sees an engine in its steady
+    // state (the adaptive policy has measured its costs at this number in flight).
+    llm.generate(prompts.clone(), &params)?;
     let before = llm.get_metrics();
     let start = Instant::now();
     let outputs = llm.generate(prompts, &params)?;

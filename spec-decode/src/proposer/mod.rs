@@ -69,7 +69,8 @@ pub trait Proposer<F> {
 
     /// Takes in the rows each request committed in the last target forward and drafts the
     /// tokens that follow its next root; one [`Draft`] per request, in order. A request with
-    /// `max_draft_tokens == 0` gets an empty draft (its rows are still taken in).
+    /// `max_draft_tokens == 0` gets an empty draft (its rows are still taken in, though a
+    /// proposer may put off the work on them until the request drafts again).
     ///
     /// On error no request's state has changed.
     fn draft(&mut self, batch: &ProposeBatch<'_, F>) -> Result<Vec<Draft>, ProposeError>;

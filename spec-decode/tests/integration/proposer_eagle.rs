@@ -229,6 +229,60 @@ fn two_rounds(
     (second, sequence, drafter)
 }
 
+/// Rows of one request committed in three calls, of which only the last drafts: the first two
+/// are deferred, and the third takes all of them in.
+#[test]
+fn rows_of_a_request_that_does_not_draft_are_deferred_until_it_drafts() {
+    let fixture = Fixture::new(2);
+    let tap = FeatureTap::LastHidden;
+    let sequence: Vec<u32> = (0..20).map(|i| 3 + (i * 7 % 300) as u32).collect();
+    let committed_end = sequence.len() - 1;
+    let all = fixture.features(&sequence[..committed_end], &tap);
+    let mut eager = proposer(&fixture, eagle1(&fixture), EagleProposerConfig::greedy(3));
+    let expected = draft_one(&mut eager, &all, 1, &sequence, 0, 3).unwrap();
+
+    let mut drafter = proposer(&fixture, eagle1(&fixture), EagleProposerConfig::greedy(3));
+    let ends = [8, 14, committed_end];
+    let mut first = 0;
+    for (call, &end) in ends.iter().enumerate() {
+        let max = if call + 1 == ends.len() { 3 } else { 0 };
+        let rows = all.clone().narrow(0, first, end - first);
+        let draft = draft_one(&mut drafter, &rows, 1, &sequence[..=end], first, max).unwrap();
+        assert_eq!(draft.tokens.len(), max);
+        assert_eq!(drafter.cached_rows(1), Some(end), "call {call}");
+        let deferred = if max == 0 { end } else { 0 };
+        assert_eq!(drafter.deferred_rows(1), deferred, "call {call}");
+        if max > 0 {
+            assert_eq!(draft.tokens, expected.tokens);
+        }
+        first = end;
+    }
+}
+
+/// A request that never drafts takes its rows in once its backlog grows long, so the work and
+/// the features waiting for its next draft stay bounded.
+#[test]
+fn a_long_backlog_is_taken_in_without_a_draft() {
+    let fixture = Fixture::new(2);
+    let tap = FeatureTap::LastHidden;
+    let sequence: Vec<u32> = (0..301).map(|i| 3 + (i * 11 % 300) as u32).collect();
+    let all = fixture.features(&sequence[..300], &tap);
+    let mut drafter = proposer(&fixture, eagle1(&fixture), EagleProposerConfig::greedy(3));
+    let mut most_deferred = 0;
+    for first in (0..300).step_by(20) {
+        let rows = all.clone().narrow(0, first, 20);
+        draft_one(&mut drafter, &rows, 1, &sequence[..=first + 20], first, 0).unwrap();
+        assert_eq!(drafter.cached_rows(1), Some(first + 20));
+        most_deferred = most_deferred.max(drafter.deferred_rows(1));
+    }
+    assert!(most_deferred > 20, "rows were deferred: {most_deferred}");
+    assert!(
+        most_deferred <= 140,
+        "the backlog stays bounded: {most_deferred}"
+    );
+    assert!(drafter.deferred_rows(1) < 300);
+}
+
 #[test]
 fn the_draft_cache_keeps_only_committed_rows_computed_from_target_features() {
     let fixture = Fixture::new(2);

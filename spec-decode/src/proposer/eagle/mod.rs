@@ -18,8 +18,13 @@
 //! 3. **Rollback.** The speculative rows of step 2 are cut from the draft cache, so the next
 //!    round starts from committed rows only and recomputes the accepted ones from target
 //!    features.
+//!
+//! A request that drafts nothing in a call keeps its committed rows' features aside instead of
+//! running them through the head (the `deferred` module); they go through step 1 with its next
+//! draft, or once enough of them have piled up.
 
 mod config;
+mod deferred;
 mod pick;
 mod slots;
 mod tree;
@@ -34,6 +39,7 @@ use burn::tensor::{Int, Tensor, TensorData};
 use super::{ChainDraft, Draft, ProposeBatch, ProposeError, ProposeRequest, Proposer};
 use crate::eagle::{EagleError, EagleHead};
 use crate::sampling::SamplingError;
+use deferred::{DeferredRows, MAX_DEFERRED_ROWS};
 use slots::{RequestState, SlotTable};
 
 /// Drafts chains of tokens (or EAGLE-2 trees) with an EAGLE head, keeping one draft KV-cache
@@ -48,6 +54,7 @@ pub struct EagleProposer<B: Backend> {
     config: EagleProposerConfig,
     cache: KvCache<B>,
     slots: SlotTable,
+    deferred: DeferredRows<B>,
 }
 
 /// Where one request's rows go this step, decided before anything changes.
@@ -55,6 +62,11 @@ pub struct EagleProposer<B: Backend> {
 struct Planned {
     slot: usize,
     is_new: bool,
+    /// Rows in the request's draft cache before the call.
+    cached: usize,
+    /// Whether its deferred and new rows go through the head in this call (always when it
+    /// drafts); otherwise they are deferred.
+    takes_in: bool,
     /// Draft steps to run: chain tokens, or tree depth (after the proposer's `k` or tree depth,
     /// the request's budget and the context limit).
     budget: usize,
@@ -96,6 +108,7 @@ impl<B: KernelBackend> EagleProposer<B> {
             target: target.clone(),
             config,
             slots: SlotTable::new(num_slots),
+            deferred: DeferredRows::default(),
         })
     }
 
@@ -125,12 +138,17 @@ impl<B: KernelBackend> EagleProposer<B> {
         self.slots.capacity()
     }
 
-    /// Rows of `request_id` in the draft KV cache (its committed rows between calls), or
-    /// `None` for a request the proposer does not know.
+    /// Committed rows of `request_id` the proposer holds (in its draft KV cache, or deferred
+    /// until it drafts), or `None` for a request the proposer does not know.
     pub fn cached_rows(&self, request_id: u64) -> Option<usize> {
         self.slots
             .get(request_id)
-            .map(|state| self.cache.len(state.slot))
+            .map(|state| self.cache.len(state.slot) + self.deferred.len(request_id))
+    }
+
+    /// Committed rows of `request_id` deferred until it drafts (not yet in the draft KV cache).
+    pub fn deferred_rows(&self, request_id: u64) -> usize {
+        self.deferred.len(request_id)
     }
 
     /// Decides each request's slot and draft budget and checks that its rows continue its
@@ -153,10 +171,16 @@ impl<B: KernelBackend> EagleProposer<B> {
                     }
                 };
                 let cached = if is_new { 0 } else { self.cache.len(slot) };
-                if request.first_new_position != cached {
+                let held = cached
+                    + if is_new {
+                        0
+                    } else {
+                        self.deferred.len(request_id)
+                    };
+                if request.first_new_position != held {
                     return Err(ProposeError::PositionGap {
                         request_id,
-                        cached,
+                        cached: held,
                         first_new_position: request.first_new_position,
                     });
                 }
@@ -177,48 +201,71 @@ impl<B: KernelBackend> EagleProposer<B> {
                     .max_draft_tokens
                     .min(self.config.max_draft_depth())
                     .min(room);
+                let waiting = request.tokens.len() - 1 - cached;
                 Ok(Planned {
                     slot,
                     is_new,
+                    cached,
+                    takes_in: budget > 0 || waiting > MAX_DEFERRED_ROWS,
                     budget,
                 })
             })
             .collect()
     }
 
-    /// Runs the committed rows of every request through the head (step 1); returns the head
-    /// outputs of all rows.
-    fn absorb(
-        &mut self,
-        features: &Tensor<B, 2>,
-        requests: &[ProposeRequest<'_>],
-        plan: &[Planned],
-    ) -> Result<Tensor<B, 2>, ProposeError> {
-        let sequences = requests
-            .iter()
-            .zip(plan)
-            .map(|(request, planned)| SequenceInput {
-                slot: planned.slot,
-                tokens: request.tokens[request.first_new_position + 1..].to_vec(),
-                positions: (request.first_new_position..request.tokens.len() - 1).collect(),
-                logits_rows: Vec::new(),
-                mask: None,
-                history_mask: None,
-            })
-            .collect();
-        let feature_rows: Vec<usize> = requests
+    /// The target features of every request's newly committed rows, one tensor per request.
+    fn new_rows(features: &Tensor<B, 2>, requests: &[ProposeRequest<'_>]) -> Vec<Tensor<B, 2>> {
+        let rows: Vec<usize> = requests
             .iter()
             .flat_map(|r| r.feature_rows.iter().copied())
             .collect();
-        let hidden = self
-            .head
-            .project(select_rows(features.clone(), &feature_rows));
-        Ok(self.head.forward(
+        let selected = select_rows(features.clone(), &rows);
+        let mut start = 0;
+        requests
+            .iter()
+            .map(|request| {
+                let count = request.feature_rows.len();
+                start += count;
+                selected.clone().narrow(0, start - count, count)
+            })
+            .collect()
+    }
+
+    /// Runs the deferred and new rows of every request that takes them in through the head
+    /// (step 1); returns the head outputs of those rows, or `None` when no request takes in.
+    fn absorb(
+        &mut self,
+        requests: &[ProposeRequest<'_>],
+        plan: &[Planned],
+        new_rows: &[Tensor<B, 2>],
+    ) -> Result<Option<Tensor<B, 2>>, ProposeError> {
+        let mut sequences = Vec::new();
+        let mut features = Vec::new();
+        for ((request, planned), rows) in requests.iter().zip(plan).zip(new_rows) {
+            if !planned.takes_in {
+                continue;
+            }
+            sequences.push(SequenceInput {
+                slot: planned.slot,
+                tokens: request.tokens[planned.cached + 1..].to_vec(),
+                positions: (planned.cached..request.tokens.len() - 1).collect(),
+                logits_rows: Vec::new(),
+                mask: None,
+                history_mask: None,
+            });
+            features.push(self.deferred.joined(request.request_id, rows.clone()));
+        }
+        if sequences.is_empty() {
+            return Ok(None);
+        }
+        let hidden = self.head.project(Tensor::cat(features, 0));
+        let outputs = self.head.forward(
             &self.target,
             &ForwardBatch::new(sequences),
             hidden,
             &mut self.cache,
-        )?)
+        )?;
+        Ok(Some(outputs))
     }
 
     /// Drafts the chains (step 2) from the head outputs of the committed rows.
@@ -315,8 +362,26 @@ impl<B: KernelBackend> EagleProposer<B> {
                 self.slots.remove(request.request_id);
                 self.cache.reset(planned.slot);
             } else {
-                self.cache
-                    .truncate(planned.slot, request.first_new_position);
+                self.cache.truncate(planned.slot, planned.cached);
+            }
+        }
+    }
+
+    /// After a successful call: the cache of every request that took its rows in keeps
+    /// exactly its committed rows, and the others keep their new rows deferred.
+    fn commit(
+        &mut self,
+        requests: &[ProposeRequest<'_>],
+        plan: &[Planned],
+        new_rows: Vec<Tensor<B, 2>>,
+    ) {
+        for ((request, planned), rows) in requests.iter().zip(plan).zip(new_rows) {
+            let id = request.request_id;
+            if planned.takes_in {
+                self.cache.truncate(planned.slot, request.tokens.len() - 1);
+                self.deferred.clear(id);
+            } else {
+                self.deferred.push(id, rows);
             }
         }
     }
@@ -356,7 +421,8 @@ impl<B: KernelBackend> Proposer<Tensor<B, 2>> for EagleProposer<B> {
             return Ok(Vec::new());
         }
         let plan = self.plan(requests)?;
-        let outputs = self.absorb(features, requests, &plan)?;
+        let new_rows = Self::new_rows(features, requests);
+        let outputs = self.absorb(requests, &plan, &new_rows)?;
         for (request, planned) in requests.iter().zip(&plan) {
             if planned.is_new {
                 let rng = self.config.sampling.stream_for(request.request_id);
@@ -369,17 +435,16 @@ impl<B: KernelBackend> Proposer<Tensor<B, 2>> for EagleProposer<B> {
                 );
             }
         }
-        let drafts = match self.config.tree {
-            None => self
+        let drafts = match (outputs, self.config.tree) {
+            (None, _) => Ok(vec![Draft::empty(); requests.len()]),
+            (Some(outputs), None) => self
                 .extend_chains(outputs, requests, &plan)
                 .map(|chains| chains.into_iter().map(Draft::Chain).collect()),
-            Some(shape) => self.grow_trees(outputs, requests, &plan, shape),
+            (Some(outputs), Some(shape)) => self.grow_trees(outputs, requests, &plan, shape),
         };
         match drafts {
             Ok(drafts) => {
-                for (request, planned) in requests.iter().zip(&plan) {
-                    self.cache.truncate(planned.slot, request.tokens.len() - 1);
-                }
+                self.commit(requests, &plan, new_rows);
                 Ok(drafts)
             }
             Err(err) => {
@@ -393,6 +458,7 @@ impl<B: KernelBackend> Proposer<Tensor<B, 2>> for EagleProposer<B> {
         if let Some(slot) = self.slots.remove(request_id) {
             self.cache.reset(slot);
         }
+        self.deferred.clear(request_id);
     }
 }
 
@@ -403,7 +469,9 @@ fn drafting_rows(requests: &[ProposeRequest<'_>], plan: &[Planned]) -> (Vec<usiz
     let mut last_rows = Vec::new();
     let mut end = 0;
     for (i, (request, planned)) in requests.iter().zip(plan).enumerate() {
-        end += request.num_committed();
+        if planned.takes_in {
+            end += request.tokens.len() - 1 - planned.cached;
+        }
         if planned.budget > 0 {
             active.push(i);
             last_rows.push(end - 1);
