@@ -90,6 +90,7 @@ impl<B: KernelBackend> Engine<B> {
                 error: Box::new(error),
             })?
             .no_grad();
+        B::back_with_huge_pages(&model);
         let tokenizer =
             Tokenizer::from_dir(&config.model).map_err(|error| EngineError::Tokenizer {
                 dir: config.model.clone(),

@@ -145,7 +145,15 @@ impl GoodputGuard {
                 } else {
                     Allowance::Plain
                 };
-                rates.exploit_or_explore(faster)
+                let allowance = rates.exploit_or_explore(faster);
+                tracing::trace!(
+                    num_running,
+                    drafting_tokens_per_s = drafting,
+                    plain_tokens_per_s = plain,
+                    ?allowance,
+                    "goodput guard"
+                );
+                allowance
             }
             // Until both are measured, the mode with fewer measured steps goes next.
             (Some(_), None) => Allowance::Plain,

@@ -117,6 +117,7 @@ impl<B: KernelBackend> Drafter<B> {
                 let head = EagleHead::<B>::load(dir, target.config(), device)
                     .map_err(|e| draft_error(e.to_string()))?
                     .no_grad();
+                head.back_with_huge_pages();
                 let head_method = match head {
                     EagleHead::Eagle1(_) => "eagle",
                     EagleHead::Eagle3(_) => "eagle3",

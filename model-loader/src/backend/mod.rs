@@ -62,6 +62,11 @@ pub trait KernelBackend: Backend {
     /// kernel).
     const ATTENTION_MASK_TENSORS: bool = true;
 
+    /// Asks the system to back the parameter buffers of `module` (a loaded model) with huge
+    /// pages, where the backend's memory is the process's own (the CPU): decoding streams every
+    /// weight once per step. Nothing by default.
+    fn back_with_huge_pages<M: burn::module::Module<Self>>(_module: &M) {}
+
     /// Each block's `x Wᵀ + b` for `x` of shape `[rows, in]`: `[rows, out_i]`, in block
     /// order.
     fn project(x: Tensor<Self, 2>, blocks: &[LinearBlock<Self>]) -> Vec<Tensor<Self, 2>> {

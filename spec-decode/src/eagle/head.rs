@@ -28,6 +28,15 @@ pub enum EagleHead<B: Backend> {
 }
 
 impl<B: KernelBackend> EagleHead<B> {
+    /// Asks the system to back the head's weights with huge pages (see
+    /// [`KernelBackend::back_with_huge_pages`]).
+    pub fn back_with_huge_pages(&self) {
+        match self {
+            EagleHead::Eagle1(head) => B::back_with_huge_pages(head.as_ref()),
+            EagleHead::Eagle3(head) => B::back_with_huge_pages(head.as_ref()),
+        }
+    }
+
     /// Loads the head in `dir` (`config.json` and `model.safetensors` or a sharded index) for a
     /// target described by `target`. The config decides EAGLE-1 or EAGLE-3.
     pub fn load(dir: &Path, target: &LlamaConfig, device: &B::Device) -> Result<Self, EagleError> {

@@ -3,6 +3,7 @@
 //! generic operations ([`super::generic`]) otherwise (other float types, strided views).
 
 mod attention;
+mod huge_pages;
 mod storage;
 
 pub use storage::{f32_storage, update_in_place_or, values};
@@ -21,6 +22,11 @@ use storage::tensor_of;
 impl KernelBackend for Flex {
     /// The attention kernel reads each span's visibility.
     const ATTENTION_MASK_TENSORS: bool = false;
+
+    /// Advises the weight buffers to the kernel's transparent huge pages.
+    fn back_with_huge_pages<M: burn::module::Module<Self>>(module: &M) {
+        huge_pages::back_with_huge_pages(module);
+    }
 
     /// Up to [`MAX_GEMV_ROWS`] rows (decoding, draft verification, small batches) on the
     /// weight-streaming kernel of [`crate::kernels::gemv`], all blocks in one parallel pass;
