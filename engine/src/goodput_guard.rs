@@ -30,6 +30,10 @@ const EXPLORE_EVERY: u64 = 16;
 /// Most steps between two explorations.
 const MAX_EXPLORE_INTERVAL: u64 = 256;
 
+/// How much more drafting must deliver than plain decoding to be kept: where the two are level
+/// within noise, plain decoding is the cheaper and steadier choice.
+const DRAFTING_MARGIN: f64 = 1.05;
+
 /// What the guard lets the policy do in the coming step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Allowance {
@@ -140,7 +144,7 @@ impl GoodputGuard {
         rates.decided += 1;
         match (rates.drafting.per_second(), rates.plain.per_second()) {
             (Some(drafting), Some(plain)) => {
-                let faster = if drafting >= plain {
+                let faster = if drafting >= plain * DRAFTING_MARGIN {
                     Allowance::Draft
                 } else {
                     Allowance::Plain
