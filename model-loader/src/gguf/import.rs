@@ -52,7 +52,7 @@ pub fn import(
     let hparams = LlamaHyperParams::from_header(header).map_err(in_file)?;
     let plans = plan_tensors(header, &hparams).map_err(in_file)?;
     let tokenizer =
-        rebuild_tokenizer(header, hparams.max_position_embeddings as u64).map_err(in_file)?;
+        rebuild_tokenizer(header, Some(hparams.max_position_embeddings as u64)).map_err(in_file)?;
     for plan in &plans {
         let info = header
             .tensor(&plan.gguf_name)

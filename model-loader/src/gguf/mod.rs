@@ -34,3 +34,4 @@ pub use marker::{sha256_file, ImportMarker, IMPORTER_VERSION};
 pub use progress::ImportProgress;
 pub use reader::{GgufFile, GgufHeader, TensorInfo};
 pub use value::{GgufValue, MetadataExt};
+pub use vocab::tokenizer_from_gguf;

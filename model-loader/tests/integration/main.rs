@@ -27,4 +27,5 @@ mod props_checkpoint;
 mod props_config;
 mod props_gguf;
 mod props_tokenizer;
+mod tokenizer_llama_vocab;
 mod tokenizer_tiny;
