@@ -14,6 +14,7 @@ mod config_parse;
 mod gguf_dequant_reference;
 mod gguf_import;
 mod gguf_import_quantized;
+mod gguf_import_qwen2;
 mod gguf_malformed;
 mod model_batching;
 mod model_eagle_fixtures;
