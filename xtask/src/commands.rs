@@ -57,6 +57,11 @@ pub fn import_model(args: &[String]) -> Result<()> {
     run_example("import-model", Profile::Dev, args)
 }
 
+/// `cargo xtask tokenize`.
+pub fn tokenize(args: &[String]) -> Result<()> {
+    run_example("tokenize", Profile::Dev, args)
+}
+
 /// `cargo xtask generate`.
 pub fn generate(args: &[String]) -> Result<()> {
     ensure_default_model()?;

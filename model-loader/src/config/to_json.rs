@@ -35,6 +35,9 @@ impl LlamaConfig {
         if self.model_type != ModelType::Qwen2 && self.qkv_bias != self.o_bias {
             config["qkv_bias"] = self.qkv_bias.into();
         }
+        if let Some(window) = self.sliding_window {
+            config["sliding_window"] = window.into();
+        }
         if let Some(bos) = self.bos_token_id {
             config["bos_token_id"] = bos.into();
         }

@@ -1,5 +1,5 @@
-//! Llama hyperparameters read from GGUF metadata, and the Hugging Face `config.json` and
-//! `generation_config.json` written from them.
+//! Llama-family hyperparameters read from GGUF metadata (`general.architecture` `llama` or
+//! `qwen2`), and the Hugging Face `config.json` and `generation_config.json` written from them.
 
 use super::reader::GgufHeader;
 use super::value::{GgufValue, MetadataExt};
@@ -9,9 +9,36 @@ use serde_json::{json, Value};
 /// Largest accepted layer count, head count or width; guards against absurd metadata.
 const MAX_DIMENSION: u64 = 1 << 20;
 
-/// The hyperparameters of a Llama model stored in a GGUF file.
+/// The architectures a GGUF file can be imported as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GgufArchitecture {
+    /// `llama` (also Mistral 7B and SmolLM2, which llama.cpp converts as `llama`): query and
+    /// key rows are stored permuted for llama.cpp's RoPE.
+    Llama,
+    /// `qwen2`: q, k and v projections with biases; rows stored in Hugging Face order.
+    Qwen2,
+}
+
+impl GgufArchitecture {
+    /// The `general.architecture` value, also the prefix of the architecture's metadata keys.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Llama => "llama",
+            Self::Qwen2 => "qwen2",
+        }
+    }
+
+    /// Whether llama.cpp stores the query and key rows permuted (see [`super::permute`]).
+    pub fn permutes_query_key(self) -> bool {
+        self == Self::Llama
+    }
+}
+
+/// The hyperparameters of a Llama-family model stored in a GGUF file.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LlamaHyperParams {
+    /// The architecture.
+    pub architecture: GgufArchitecture,
     /// Number of token ids.
     pub vocab_size: usize,
     /// Width of the residual stream.
@@ -34,7 +61,8 @@ pub struct LlamaHyperParams {
     pub rope_theta: f64,
     /// Whether the output projection reuses the token embeddings (no `output.weight`).
     pub tie_word_embeddings: bool,
-    /// Whether the attention projections have biases.
+    /// Whether the attention projections have biases (q, k and v; the output projection too
+    /// for `llama`).
     pub attention_bias: bool,
     /// Beginning-of-sequence token id.
     pub bos_token_id: Option<u32>,
@@ -45,58 +73,65 @@ pub struct LlamaHyperParams {
 }
 
 impl LlamaHyperParams {
-    /// Reads the hyperparameters of a `general.architecture = llama` file.
+    /// Reads the hyperparameters of a `general.architecture = llama` or `qwen2` file.
     pub fn from_header(header: &GgufHeader) -> Result<Self, GgufError> {
-        let arch = header.required_str("general.architecture")?;
-        if arch != "llama" {
-            return Err(GgufError::Unsupported(format!(
-                "architecture {arch:?} (only \"llama\" is supported)"
-            )));
-        }
-        if let Some(kind) = header.optional_str("llama.rope.scaling.type")? {
+        let architecture = match header.required_str("general.architecture")? {
+            "llama" => GgufArchitecture::Llama,
+            "qwen2" => GgufArchitecture::Qwen2,
+            arch => {
+                return Err(GgufError::Unsupported(format!(
+                    "architecture {arch:?} (supported: \"llama\", \"qwen2\")"
+                )))
+            }
+        };
+        let arch = architecture.as_str();
+        let key = |suffix: &str| format!("{arch}.{suffix}");
+        if let Some(kind) = header.optional_str(&key("rope.scaling.type"))? {
             if kind != "none" {
                 return Err(GgufError::Unsupported(format!("RoPE scaling {kind:?}")));
             }
         }
-        let dim =
-            |key: &str| -> Result<usize, GgufError> { positive(key, header.required_u64(key)?) };
-        let hidden_size = dim("llama.embedding_length")?;
-        let num_attention_heads = dim("llama.attention.head_count")?;
-        let num_key_value_heads = match header.optional_u64("llama.attention.head_count_kv")? {
-            Some(v) => positive("llama.attention.head_count_kv", v)?,
+        let dim = |suffix: &str| -> Result<usize, GgufError> {
+            let name = key(suffix);
+            positive(&name, header.required_u64(&name)?)
+        };
+        let hidden_size = dim("embedding_length")?;
+        let num_attention_heads = dim("attention.head_count")?;
+        let num_key_value_heads = match header.optional_u64(&key("attention.head_count_kv"))? {
+            Some(v) => positive(&key("attention.head_count_kv"), v)?,
             None => num_attention_heads,
         };
         if !num_attention_heads.is_multiple_of(num_key_value_heads) {
             return Err(invalid(
-                "llama.attention.head_count_kv",
+                &key("attention.head_count_kv"),
                 format!(
                     "{num_key_value_heads} does not divide the {num_attention_heads} query heads"
                 ),
             ));
         }
-        let head_dim = match header.optional_u64("llama.attention.key_length")? {
-            Some(v) => positive("llama.attention.key_length", v)?,
+        let head_dim = match header.optional_u64(&key("attention.key_length"))? {
+            Some(v) => positive(&key("attention.key_length"), v)?,
             None if hidden_size.is_multiple_of(num_attention_heads) => {
                 hidden_size / num_attention_heads
             }
             None => {
                 return Err(invalid(
-                    "llama.attention.head_count",
+                    &key("attention.head_count"),
                     format!("{num_attention_heads} heads do not divide the width {hidden_size}"),
                 ))
             }
         };
-        for key in ["llama.attention.value_length", "llama.rope.dimension_count"] {
-            if let Some(v) = header.optional_u64(key)? {
+        for name in [key("attention.value_length"), key("rope.dimension_count")] {
+            if let Some(v) = header.optional_u64(&name)? {
                 if v != head_dim as u64 {
                     return Err(GgufError::Unsupported(format!(
-                        "{key} = {v} differs from the head dimension {head_dim}"
+                        "{name} = {v} differs from the head dimension {head_dim}"
                     )));
                 }
             }
         }
-        let vocab_size = match header.optional_u64("llama.vocab_size")? {
-            Some(v) => positive("llama.vocab_size", v)?,
+        let vocab_size = match header.optional_u64(&key("vocab_size"))? {
+            Some(v) => positive(&key("vocab_size"), v)?,
             None => positive(
                 "tokenizer.ggml.tokens",
                 header.required_array("tokenizer.ggml.tokens")?.len() as u64,
@@ -119,16 +154,17 @@ impl LlamaHyperParams {
                 .transpose()
         };
         Ok(Self {
+            architecture,
             vocab_size,
             hidden_size,
-            intermediate_size: dim("llama.feed_forward_length")?,
-            num_hidden_layers: dim("llama.block_count")?,
+            intermediate_size: dim("feed_forward_length")?,
+            num_hidden_layers: dim("block_count")?,
             num_attention_heads,
             num_key_value_heads,
             head_dim,
-            max_position_embeddings: dim("llama.context_length")?,
-            rms_norm_eps: positive_float(header, "llama.attention.layer_norm_rms_epsilon", None)?,
-            rope_theta: positive_float(header, "llama.rope.freq_base", Some(10_000.0))?,
+            max_position_embeddings: dim("context_length")?,
+            rms_norm_eps: positive_float(header, &key("attention.layer_norm_rms_epsilon"), None)?,
+            rope_theta: positive_float(header, &key("rope.freq_base"), Some(10_000.0))?,
             tie_word_embeddings: header.tensor("output.weight").is_none(),
             attention_bias: header.tensor("blk.0.attn_q.bias").is_some(),
             bos_token_id: token_id("tokenizer.ggml.bos_token_id")?,
@@ -137,11 +173,15 @@ impl LlamaHyperParams {
         })
     }
 
-    /// The Hugging Face `config.json` of a float32 `LlamaForCausalLM`.
+    /// The Hugging Face `config.json` of a float32 `LlamaForCausalLM` or `Qwen2ForCausalLM`.
     pub fn to_config_json(&self) -> Value {
+        let class = match self.architecture {
+            GgufArchitecture::Llama => "LlamaForCausalLM",
+            GgufArchitecture::Qwen2 => "Qwen2ForCausalLM",
+        };
         json!({
-            "architectures": ["LlamaForCausalLM"],
-            "model_type": "llama",
+            "architectures": [class],
+            "model_type": self.architecture.as_str(),
             "attention_bias": self.attention_bias,
             "attention_dropout": 0.0,
             "bos_token_id": self.bos_token_id,

@@ -1,4 +1,4 @@
-//! Importing a Llama GGUF file into a float32 Hugging Face model directory.
+//! Importing a Llama-family GGUF file into a float32 Hugging Face model directory.
 
 use super::hparams::LlamaHyperParams;
 use super::layout::{plan_tensors, TensorPlan};
@@ -33,9 +33,9 @@ pub struct ImportReport {
     pub elapsed: Duration,
 }
 
-/// Imports the Llama GGUF file `gguf` into `out_dir`: `config.json`, `generation_config.json`,
-/// `model.safetensors` (float32, Hugging Face names; no `lm_head.weight` when embeddings are
-/// tied), `tokenizer.json` and `tokenizer_config.json`. Everything is validated before any
+/// Imports the Llama or Qwen2 GGUF file `gguf` into `out_dir`: `config.json`,
+/// `generation_config.json`, `model.safetensors` (float32, Hugging Face names; no
+/// `lm_head.weight` when embeddings are tied), `tokenizer.json` and `tokenizer_config.json`. Everything is validated before any
 /// file is written; existing files of those names are replaced.
 pub fn import(
     gguf: &Path,
@@ -52,7 +52,7 @@ pub fn import(
     let hparams = LlamaHyperParams::from_header(header).map_err(in_file)?;
     let plans = plan_tensors(header, &hparams).map_err(in_file)?;
     let tokenizer =
-        rebuild_tokenizer(header, hparams.max_position_embeddings as u64).map_err(in_file)?;
+        rebuild_tokenizer(header, Some(hparams.max_position_embeddings as u64)).map_err(in_file)?;
     for plan in &plans {
         let info = header
             .tensor(&plan.gguf_name)

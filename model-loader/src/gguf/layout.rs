@@ -1,7 +1,7 @@
-//! The tensors of a Llama GGUF file: their Hugging Face names, expected shapes, and which ones
-//! need the query/key row un-permutation.
+//! The tensors of a Llama-family GGUF file: their Hugging Face names, expected shapes, and which
+//! ones need the query/key row un-permutation.
 
-use super::hparams::LlamaHyperParams;
+use super::hparams::{GgufArchitecture, LlamaHyperParams};
 use super::reader::{GgufHeader, TensorInfo};
 use super::GgufError;
 use std::collections::HashSet;
@@ -30,7 +30,7 @@ pub fn plan_tensors(
     let stored = header.tensors().len();
     if hp.num_hidden_layers > stored / 9 {
         return Err(GgufError::InvalidMetadata {
-            key: "llama.block_count".into(),
+            key: format!("{}.block_count", hp.architecture.as_str()),
             message: format!(
                 "{} layers need at least {} tensors, the file has {stored}",
                 hp.num_hidden_layers,
@@ -108,7 +108,17 @@ fn expected_tensors(hp: &LlamaHyperParams) -> Vec<TensorPlan> {
         ));
     }
     for layer in 0..hp.num_hidden_layers {
-        let (q_heads, kv_heads) = (Some(hp.num_attention_heads), Some(hp.num_key_value_heads));
+        let (q_heads, kv_heads) = if hp.architecture.permutes_query_key() {
+            (Some(hp.num_attention_heads), Some(hp.num_key_value_heads))
+        } else {
+            (None, None)
+        };
+        // Qwen2's output projection has no bias; Llama's `attention_bias` covers all four.
+        let biased = |gguf: &str| {
+            hp.attention_bias
+                && matches!(gguf, "attn_q" | "attn_k" | "attn_v" | "attn_output")
+                && (gguf != "attn_output" || hp.architecture == GgufArchitecture::Llama)
+        };
         // (GGUF part, HF module, GGML dims of the weight, un-permute heads)
         let parts = [
             ("attn_norm", "input_layernorm", vec![hidden], None),
@@ -133,7 +143,7 @@ fn expected_tensors(hp: &LlamaHyperParams) -> Vec<TensorPlan> {
         ];
         for (gguf, hf, dims, heads) in parts {
             let bias_dims = vec![dims[dims.len() - 1]];
-            let has_bias = hp.attention_bias && gguf.starts_with("attn_") && gguf != "attn_norm";
+            let has_bias = biased(gguf);
             plans.push(plan(
                 format!("blk.{layer}.{gguf}.weight"),
                 format!("model.layers.{layer}.{hf}.weight"),
@@ -159,6 +169,7 @@ mod tests {
 
     fn hp(tie: bool, bias: bool) -> LlamaHyperParams {
         LlamaHyperParams {
+            architecture: GgufArchitecture::Llama,
             vocab_size: 10,
             hidden_size: 8,
             intermediate_size: 12,
@@ -215,5 +226,19 @@ mod tests {
             .iter()
             .any(|p| p.gguf_name == "blk.0.attn_output.bias"));
         assert!(!plans.iter().any(|p| p.gguf_name == "blk.0.ffn_up.bias"));
+    }
+
+    #[test]
+    fn qwen2_has_no_output_bias_and_no_permutation() {
+        let qwen2 = LlamaHyperParams {
+            architecture: GgufArchitecture::Qwen2,
+            ..hp(true, true)
+        };
+        let plans = expected_tensors(&qwen2);
+        assert!(plans.iter().any(|p| p.gguf_name == "blk.1.attn_v.bias"));
+        assert!(!plans
+            .iter()
+            .any(|p| p.gguf_name.contains("attn_output.bias")));
+        assert!(plans.iter().all(|p| p.unpermute_heads.is_none()));
     }
 }

@@ -53,15 +53,26 @@ pub(crate) enum SpanVisibility {
 }
 
 impl SpanVisibility {
-    fn of(sequence: &SequenceInput, cached: usize) -> Self {
-        if sequence.mask.is_none() && sequence.history_mask.is_none() {
+    /// The keys `sequence`'s new rows see over a cache of `cached` rows. With a sliding
+    /// `window`, a row at position `p` sees only keys at positions `p - window + 1..=p`:
+    /// cached row `c` is at position `c`, new rows at their `positions`.
+    fn of(sequence: &SequenceInput, cached: usize, window: Option<usize>) -> Self {
+        let in_window = |row: usize, key_position: usize| {
+            window.is_none_or(|w| sequence.positions[row] < key_position + w)
+        };
+        let window_hides_keys = window.is_some_and(|w| sequence.positions.iter().any(|&p| p >= w));
+        if sequence.mask.is_none() && sequence.history_mask.is_none() && !window_hides_keys {
             return Self::Causal;
         }
         let len = sequence.len();
         let mut visible = Vec::with_capacity(len * (cached + len));
         for row in 0..len {
-            visible.extend((0..cached).map(|col| sequence.may_attend_cached(row, col)));
-            visible.extend((0..len).map(|col| sequence.may_attend(row, col)));
+            visible.extend(
+                (0..cached).map(|col| sequence.may_attend_cached(row, col) && in_window(row, col)),
+            );
+            visible.extend((0..len).map(|col| {
+                sequence.may_attend(row, col) && in_window(row, sequence.positions[col])
+            }));
         }
         Self::Explicit(visible)
     }
@@ -135,6 +146,20 @@ impl<B: KernelBackend> AttentionContext<B> {
         num_kv_heads: usize,
         device: &B::Device,
     ) -> Result<Self, ModelError> {
+        Self::try_new_windowed(batch, cache, rope, (num_heads, num_kv_heads), None, device)
+    }
+
+    /// Like [`AttentionContext::try_new`] for `(query heads, key/value heads)`, with sliding-
+    /// window attention when `window` is given: each row sees only the keys of the last
+    /// `window` positions up to its own (Mistral's `sliding_window`).
+    pub fn try_new_windowed(
+        batch: &ForwardBatch,
+        cache: &KvCache<B>,
+        rope: &Rope,
+        (num_heads, num_kv_heads): (usize, usize),
+        window: Option<usize>,
+        device: &B::Device,
+    ) -> Result<Self, ModelError> {
         batch.validate_layout(cache.num_slots())?;
         let group_size = num_heads / num_kv_heads;
         let positions: Vec<usize> = batch
@@ -152,7 +177,7 @@ impl<B: KernelBackend> AttentionContext<B> {
             .map(|sequence| {
                 let len = sequence.len();
                 let cached = cache.len(sequence.slot);
-                let visibility = SpanVisibility::of(sequence, cached);
+                let visibility = SpanVisibility::of(sequence, cached, window);
                 let mask = B::ATTENTION_MASK_TENSORS
                     .then(|| visibility.mask_tensor(group_size, cached, len, device))
                     .flatten();
@@ -260,11 +285,25 @@ mod tests {
         let mut sequence = SequenceInput::new(0, vec![1, 2], 2);
         sequence.mask = Some(vec![vec![true, false], vec![false, true]]);
         sequence.history_mask = Some(vec![vec![true, false], vec![true, true]]);
-        let visibility = SpanVisibility::of(&sequence, 2);
+        let visibility = SpanVisibility::of(&sequence, 2, None);
         let expected = [true, false, true, false, true, true, false, true];
         assert_eq!(visibility, SpanVisibility::Explicit(expected.to_vec()));
         for (i, &e) in expected.iter().enumerate() {
             assert_eq!(visibility.sees(i / 4, i % 4, 2, 2), e);
         }
+    }
+
+    #[test]
+    fn sliding_window_hides_keys_older_than_the_window() {
+        // Two cached rows (positions 0, 1), new rows at positions 2 and 3, window 2.
+        let sequence = SequenceInput::new(0, vec![1, 2], 2);
+        let visibility = SpanVisibility::of(&sequence, 2, Some(2));
+        let expected = [false, true, true, false, false, false, true, true];
+        assert_eq!(visibility, SpanVisibility::Explicit(expected.to_vec()));
+        // A window wider than every position changes nothing.
+        assert_eq!(
+            SpanVisibility::of(&sequence, 2, Some(4)),
+            SpanVisibility::Causal
+        );
     }
 }

@@ -162,12 +162,12 @@ impl<B: KernelBackend> LlamaModel<B> {
         )?;
         tap.validate(config.num_hidden_layers)?;
         let device = self.device();
-        let context = AttentionContext::try_new(
+        let context = AttentionContext::try_new_windowed(
             batch,
             cache,
             &self.rope,
-            config.num_attention_heads,
-            config.num_key_value_heads,
+            (config.num_attention_heads, config.num_key_value_heads),
+            config.sliding_window,
             &device,
         )?;
 

@@ -44,21 +44,55 @@ impl Tokenizer {
     pub fn from_dir(dir: &Path) -> Result<Self, TokenizerError> {
         let path = dir.join(TOKENIZER_JSON);
         let text = std::fs::read_to_string(&path).map_err(|e| TokenizerError::io(&path, e))?;
-        let inner =
-            parse_tokenizer_json(&text).map_err(|message| TokenizerError::InvalidTokenizer {
-                path: path.clone(),
-                message,
-            })?;
         let tokenizer_config = JsonFile::read_optional(&dir.join(TOKENIZER_CONFIG_JSON))?;
         let model_config = JsonFile::read_optional(&dir.join(CONFIG_JSON))?;
         let generation_config = JsonFile::read_optional(&dir.join(GENERATION_CONFIG_JSON))?;
-        let special = SpecialTokenSources {
+        let sources = SpecialTokenSources {
             tokenizer_config: tokenizer_config.as_ref(),
             model_config: model_config.as_ref(),
             generation_config: generation_config.as_ref(),
-        }
-        .resolve(|text| inner.token_to_id(text))?;
+        };
         let chat_template = load_chat_template(dir, tokenizer_config.as_ref())?;
+        Self::from_documents(&path, &text, &sources, chat_template)
+    }
+
+    /// Builds a tokenizer from the text of a `tokenizer.json` and the `tokenizer_config.json`
+    /// document, both named `origin` in error messages (e.g. the GGUF file they were rebuilt
+    /// from). The chat template is `tokenizer_config.json`'s `chat_template`.
+    pub fn from_json(
+        origin: &Path,
+        tokenizer_json: &str,
+        tokenizer_config: Value,
+    ) -> Result<Self, TokenizerError> {
+        let config = JsonFile {
+            path: origin.to_path_buf(),
+            value: tokenizer_config,
+        };
+        let sources = SpecialTokenSources {
+            tokenizer_config: Some(&config),
+            model_config: None,
+            generation_config: None,
+        };
+        let chat_template = match template_from_config(&config)? {
+            Some(source) => Some(chat_template(source, Some(&config))?),
+            None => None,
+        };
+        Self::from_documents(origin, tokenizer_json, &sources, chat_template)
+    }
+
+    /// Parses `tokenizer.json` text (from `path`) and resolves the special tokens.
+    fn from_documents(
+        path: &Path,
+        text: &str,
+        sources: &SpecialTokenSources,
+        chat_template: Option<ChatTemplate>,
+    ) -> Result<Self, TokenizerError> {
+        let inner =
+            parse_tokenizer_json(text).map_err(|message| TokenizerError::InvalidTokenizer {
+                path: path.to_path_buf(),
+                message,
+            })?;
+        let special = sources.resolve(|text| inner.token_to_id(text))?;
         Ok(Self {
             vocab_size: inner.get_vocab_size(true),
             inner,
@@ -163,16 +197,23 @@ fn load_chat_template(
         },
         Err(e) => return Err(TokenizerError::io(jinja_path, e)),
     };
-    let Some(source) = source else {
-        return Ok(None);
-    };
+    source
+        .map(|source| chat_template(source, tokenizer_config))
+        .transpose()
+}
+
+/// Compiles a chat template with the BOS and EOS texts of `tokenizer_config`.
+fn chat_template(
+    source: String,
+    tokenizer_config: Option<&JsonFile>,
+) -> Result<ChatTemplate, TokenizerError> {
     let token_text = |field: &str| -> Result<String, TokenizerError> {
         Ok(match tokenizer_config {
             Some(config) => config.token_text(field)?.unwrap_or_default(),
             None => String::new(),
         })
     };
-    ChatTemplate::new(source, token_text("bos_token")?, token_text("eos_token")?).map(Some)
+    ChatTemplate::new(source, token_text("bos_token")?, token_text("eos_token")?)
 }
 
 /// Reads `chat_template` from `tokenizer_config.json`.

@@ -118,6 +118,22 @@ fn mistral_with_explicit_head_dim() {
     .unwrap();
     assert_eq!(c.model_type, ModelType::Mistral);
     assert_eq!((c.head_dim, c.q_width(), c.kv_width()), (128, 4096, 1024));
+    assert_eq!(c.sliding_window, None);
+}
+
+#[test]
+fn mistral_sliding_window_is_read_and_written_back() {
+    let config = json!({
+        "model_type": "mistral", "hidden_size": 64, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 320,
+        "sliding_window": 4096
+    });
+    let c = llama(config.clone()).unwrap();
+    assert_eq!(c.sliding_window, Some(4096));
+    assert_eq!(llama(c.to_json()).unwrap(), c);
+    let mut zero = config;
+    zero["sliding_window"] = json!(0);
+    assert!(llama(zero).is_err());
 }
 
 #[test]

@@ -287,8 +287,8 @@ fn import_rejects_inconsistent_models() {
     ));
 
     let mut b = base.clone();
-    b.meta("tokenizer.ggml.pre", Meta::Str("qwen2".into()));
-    assert!(matches!(import_error(&b), GgufError::Unsupported(m) if m.contains("qwen2")));
+    b.meta("tokenizer.ggml.pre", Meta::Str("chameleon".into()));
+    assert!(matches!(import_error(&b), GgufError::Unsupported(m) if m.contains("chameleon")));
 
     let mut b = base.clone();
     b.meta(

@@ -1,162 +1,74 @@
-//! The burn model against an independent plain-Rust implementation of the Llama forward pass
-//! (f64 loops over the checkpoint tensors), on tiny fixtures: checks the weight layout, RoPE,
-//! grouped-query attention, SwiGLU, norms and the (tied or separate) lm_head.
+//! The burn model against an independent plain-Rust implementation of the Llama-family forward
+//! pass (`model_support::reference`), on tiny Llama, Qwen2 and Mistral fixtures, on the CPU
+//! kernels and on the generic path, in one prefill and token by token through the KV cache:
+//! checks the weight layout, biases, RoPE, grouped-query and sliding-window attention, SwiGLU,
+//! norms and the (tied or separate) lm_head.
 
+use crate::model_support::reference::Reference;
+use aquila_model_loader::backend::{load_generic_cpu, KernelBackend};
 use aquila_model_loader::checkpoint::Checkpoint;
-use aquila_model_loader::config::LlamaConfig;
-use aquila_model_loader::fixtures::llama::{write_tiny_llama, TinyLlamaOptions};
+use aquila_model_loader::fixtures::llama::{write_tiny_llama, TinyArchitecture, TinyLlamaOptions};
 use aquila_model_loader::model::{FeatureTap, ForwardBatch, LlamaModel, SequenceInput};
 use burn::backend::Flex;
 use std::path::Path;
 
-type B = Flex;
+/// Largest difference tolerated between the model's f32 logits and the f64 reference.
+const TOLERANCE: f64 = 1e-3;
 
-/// A plain-Rust Llama reading weights straight from the checkpoint.
-struct Reference<'a> {
-    config: LlamaConfig,
-    checkpoint: &'a Checkpoint,
+/// Logits of every position of `tokens`: the first `prefill` tokens in one forward pass, then
+/// one token per pass through the KV cache.
+fn model_logits<B: KernelBackend>(
+    model: &LlamaModel<B>,
+    tokens: &[u32],
+    prefill: usize,
+) -> Vec<Vec<f32>> {
+    let mut cache = model.new_kv_cache(1);
+    let vocab = model.config().vocab_size;
+    let mut rows = Vec::new();
+    let mut run = |start: usize, chunk: &[u32]| {
+        let batch = ForwardBatch::new(vec![
+            SequenceInput::new(0, chunk.to_vec(), start).with_all_logits()
+        ]);
+        let out = model
+            .forward(&batch, &mut cache, &FeatureTap::None)
+            .unwrap();
+        let values: Vec<f32> = out.logits.into_data().to_vec().unwrap();
+        assert_eq!(values.len(), chunk.len() * vocab);
+        rows.extend(values.chunks(vocab).map(<[f32]>::to_vec));
+    };
+    run(0, &tokens[..prefill]);
+    for (i, &token) in tokens.iter().enumerate().skip(prefill) {
+        run(i, &[token]);
+    }
+    rows
 }
 
-impl Reference<'_> {
-    fn tensor(&self, name: &str) -> Vec<f64> {
-        self.checkpoint
-            .read_f32(name)
-            .unwrap()
-            .into_iter()
-            .map(f64::from)
-            .collect()
-    }
-
-    /// `y = W x (+ b)` with `W` stored `[out, in]`.
-    fn linear(&self, prefix: &str, x: &[f64], bias: bool) -> Vec<f64> {
-        let w = self.tensor(&format!("{prefix}.weight"));
-        let d_in = x.len();
-        let mut y: Vec<f64> = w
-            .chunks_exact(d_in)
-            .map(|row| row.iter().zip(x).map(|(a, b)| a * b).sum())
-            .collect();
-        if bias {
-            for (v, b) in y.iter_mut().zip(self.tensor(&format!("{prefix}.bias"))) {
-                *v += b;
-            }
+/// Checks `got` against the reference rows `want`.
+fn assert_matches(what: &str, got: &[Vec<f32>], want: &[Vec<f64>]) {
+    assert_eq!(got.len(), want.len(), "{what}: rows");
+    for (row, (got, want)) in got.iter().zip(want).enumerate() {
+        for (col, (&g, &w)) in got.iter().zip(want).enumerate() {
+            let g = f64::from(g);
+            assert!(
+                (g - w).abs() < TOLERANCE,
+                "{what}: row {row} token {col}: model {g}, reference {w}"
+            );
         }
-        y
-    }
-
-    fn rms_norm(&self, name: &str, x: &[f64]) -> Vec<f64> {
-        let w = self.tensor(name);
-        let mean_sq = x.iter().map(|v| v * v).sum::<f64>() / x.len() as f64;
-        let scale = 1.0 / (mean_sq + self.config.rms_norm_eps).sqrt();
-        x.iter().zip(w).map(|(v, w)| v * scale * w).collect()
-    }
-
-    /// Rotates one head (rotate-half layout) to `position`.
-    fn rope(&self, head: &mut [f64], position: usize) {
-        let half = head.len() / 2;
-        let freqs = self.config.rope.inverse_frequencies(head.len());
-        for i in 0..half {
-            let angle = position as f64 * freqs[i];
-            let (a, b) = (head[i], head[i + half]);
-            head[i] = a * angle.cos() - b * angle.sin();
-            head[i + half] = b * angle.cos() + a * angle.sin();
-        }
-    }
-
-    /// Logits of every position of `tokens` (causal, positions 0..n).
-    fn logits(&self, tokens: &[u32]) -> Vec<Vec<f64>> {
-        let c = &self.config;
-        let (hidden, hd) = (c.hidden_size, c.head_dim);
-        let group = c.num_attention_heads / c.num_key_value_heads;
-        let embed = self.tensor("model.embed_tokens.weight");
-        let mut xs: Vec<Vec<f64>> = tokens
-            .iter()
-            .map(|&t| embed[t as usize * hidden..(t as usize + 1) * hidden].to_vec())
-            .collect();
-        for layer in 0..c.num_hidden_layers {
-            let p = format!("model.layers.{layer}");
-            let mut qs = Vec::new();
-            let mut ks = Vec::new();
-            let mut vs = Vec::new();
-            for (pos, x) in xs.iter().enumerate() {
-                let h = self.rms_norm(&format!("{p}.input_layernorm.weight"), x);
-                let mut q = self.linear(&format!("{p}.self_attn.q_proj"), &h, c.qkv_bias);
-                let mut k = self.linear(&format!("{p}.self_attn.k_proj"), &h, c.qkv_bias);
-                for head in q.chunks_exact_mut(hd).chain(k.chunks_exact_mut(hd)) {
-                    self.rope(head, pos);
-                }
-                qs.push(q);
-                ks.push(k);
-                vs.push(self.linear(&format!("{p}.self_attn.v_proj"), &h, c.qkv_bias));
-            }
-            for (t, x) in xs.iter_mut().enumerate() {
-                let mut attended = vec![0.0; c.q_width()];
-                for head in 0..c.num_attention_heads {
-                    let kv = head / group;
-                    let q = &qs[t][head * hd..(head + 1) * hd];
-                    let scores: Vec<f64> = (0..=t)
-                        .map(|s| {
-                            let k = &ks[s][kv * hd..(kv + 1) * hd];
-                            q.iter().zip(k).map(|(a, b)| a * b).sum::<f64>() / (hd as f64).sqrt()
-                        })
-                        .collect();
-                    let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                    let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
-                    let total: f64 = weights.iter().sum();
-                    for (s, w) in weights.iter().enumerate() {
-                        let v = &vs[s][kv * hd..(kv + 1) * hd];
-                        for (o, v) in attended[head * hd..(head + 1) * hd].iter_mut().zip(v) {
-                            *o += w / total * v;
-                        }
-                    }
-                }
-                let o = self.linear(&format!("{p}.self_attn.o_proj"), &attended, c.o_bias);
-                for (x, o) in x.iter_mut().zip(o) {
-                    *x += o;
-                }
-                let h = self.rms_norm(&format!("{p}.post_attention_layernorm.weight"), x);
-                let gate = self.linear(&format!("{p}.mlp.gate_proj"), &h, c.mlp_bias);
-                let up = self.linear(&format!("{p}.mlp.up_proj"), &h, c.mlp_bias);
-                let act: Vec<f64> = gate
-                    .iter()
-                    .zip(&up)
-                    .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
-                    .collect();
-                let down = self.linear(&format!("{p}.mlp.down_proj"), &act, c.mlp_bias);
-                for (x, d) in x.iter_mut().zip(down) {
-                    *x += d;
-                }
-            }
-        }
-        let head_name = if self.checkpoint.contains("lm_head.weight") {
-            "lm_head"
-        } else {
-            "model.embed_tokens"
-        };
-        xs.iter()
-            .map(|x| self.linear(head_name, &self.rms_norm("model.norm.weight", x), false))
-            .collect()
     }
 }
 
-fn compare(dir: &Path, tokens: &[u32]) {
-    let device = Default::default();
-    let model = LlamaModel::<B>::load(dir, &device).unwrap();
+/// Compares the model in `dir` with the reference (attending over `window` positions, or
+/// all): on the CPU kernels and on the generic path, in one prefill and in a prefill of half
+/// the tokens followed by single-token steps. Returns the reference logits.
+fn compare_windowed(dir: &Path, tokens: &[u32], window: Option<usize>) -> Vec<Vec<f64>> {
     let checkpoint = Checkpoint::open(dir).unwrap();
+    let kernels = LlamaModel::<Flex>::load(dir, &Default::default()).unwrap();
     let reference = Reference {
-        config: model.config().clone(),
+        config: kernels.config().clone(),
         checkpoint: &checkpoint,
+        window,
     };
     let expected = reference.logits(tokens);
-    let mut cache = model.new_kv_cache(1);
-    let batch = ForwardBatch::new(vec![
-        SequenceInput::new(0, tokens.to_vec(), 0).with_all_logits()
-    ]);
-    let out = model
-        .forward(&batch, &mut cache, &FeatureTap::None)
-        .unwrap();
-    let got: Vec<f32> = out.logits.into_data().to_vec().unwrap();
-    let vocab = model.config().vocab_size;
-    assert_eq!(got.len(), tokens.len() * vocab);
     let spread = expected[0]
         .iter()
         .cloned()
@@ -165,15 +77,26 @@ fn compare(dir: &Path, tokens: &[u32]) {
         spread > 1.0,
         "fixture logits are degenerate (max |logit| {spread})"
     );
-    for (row, want) in expected.iter().enumerate() {
-        for (col, w) in want.iter().enumerate() {
-            let g = f64::from(got[row * vocab + col]);
-            assert!(
-                (g - w).abs() < 1e-3,
-                "row {row} token {col}: model {g}, reference {w}"
-            );
-        }
+    let generic = load_generic_cpu(dir).unwrap();
+    for prefill in [tokens.len(), tokens.len() / 2] {
+        let what = |path: &str| format!("{path}, prefill of {prefill}");
+        assert_matches(
+            &what("kernels"),
+            &model_logits(&kernels, tokens, prefill),
+            &expected,
+        );
+        assert_matches(
+            &what("generic"),
+            &model_logits(&generic, tokens, prefill),
+            &expected,
+        );
     }
+    expected
+}
+
+/// Compares the model in `dir` with the full-attention reference.
+fn compare(dir: &Path, tokens: &[u32]) {
+    compare_windowed(dir, tokens, None);
 }
 
 #[test]
@@ -215,4 +138,55 @@ fn bf16_sharded_model_matches_reference() {
     };
     write_tiny_llama(dir.path(), &options).unwrap();
     compare(dir.path(), &[1, 2, 3, 4, 5]);
+}
+
+#[test]
+fn qwen2_model_with_qkv_biases_matches_reference() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = TinyLlamaOptions {
+        architecture: TinyArchitecture::Qwen2,
+        num_layers: 3,
+        seed: 5,
+        ..TinyLlamaOptions::default()
+    };
+    write_tiny_llama(dir.path(), &options).unwrap();
+    let checkpoint = Checkpoint::open(dir.path()).unwrap();
+    let layer = "model.layers.0.self_attn";
+    assert!(checkpoint.contains(&format!("{layer}.q_proj.bias")));
+    assert!(!checkpoint.contains(&format!("{layer}.o_proj.bias")));
+    compare(dir.path(), &[1, 40, 7, 300, 12, 5, 99, 2, 17]);
+}
+
+#[test]
+fn mistral_sliding_window_matches_reference() {
+    const WINDOW: usize = 3;
+    let dir = tempfile::tempdir().unwrap();
+    let options = TinyLlamaOptions {
+        architecture: TinyArchitecture::Mistral {
+            sliding_window: WINDOW,
+        },
+        seed: 9,
+        ..TinyLlamaOptions::default()
+    };
+    write_tiny_llama(dir.path(), &options).unwrap();
+    let tokens = [1, 40, 7, 300, 12, 5, 99, 2, 17, 250];
+    let windowed = compare_windowed(dir.path(), &tokens, Some(WINDOW));
+    // The window changes the logits of every row past it, so the check above can fail.
+    let checkpoint = Checkpoint::open(dir.path()).unwrap();
+    let model = LlamaModel::<Flex>::load(dir.path(), &Default::default()).unwrap();
+    let full = Reference {
+        config: model.config().clone(),
+        checkpoint: &checkpoint,
+        window: None,
+    }
+    .logits(&tokens);
+    assert_eq!(windowed[..WINDOW], full[..WINDOW]);
+    for row in WINDOW..tokens.len() {
+        let largest = windowed[row]
+            .iter()
+            .zip(&full[row])
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f64::max);
+        assert!(largest > 1e-2, "row {row} is the same without the window");
+    }
 }

@@ -34,7 +34,7 @@ fn import_in_memory(bytes: &[u8]) -> usize {
     let Ok(plans) = plan_tensors(&header, &hparams) else {
         return 2;
     };
-    if rebuild_tokenizer(&header, hparams.max_position_embeddings as u64).is_err() {
+    if rebuild_tokenizer(&header, Some(hparams.max_position_embeddings as u64)).is_err() {
         return 3;
     }
     for plan in &plans {

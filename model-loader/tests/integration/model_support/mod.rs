@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod reference;
+
 use aquila_model_loader::fixtures::llama::{write_tiny_llama, TinyLlamaOptions};
 use aquila_model_loader::model::{FeatureTap, ForwardBatch, KvCache, LlamaModel, SequenceInput};
 use burn::backend::Flex;
