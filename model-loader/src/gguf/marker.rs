@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 /// Version of the importer's output; bump it whenever the files an import writes change, so
 /// existing directories are re-imported.
-pub const IMPORTER_VERSION: u32 = 2;
+pub const IMPORTER_VERSION: u32 = 3;
 
 /// Name of the marker file inside an imported directory.
 pub const MARKER_FILE: &str = ".aquila-import.json";
