@@ -62,6 +62,11 @@ pub trait KernelBackend: Backend {
     /// kernel).
     const ATTENTION_MASK_TENSORS: bool = true;
 
+    /// Whether [`KernelBackend::project`] reads packed weights ([`crate::quant::PackedWeight`])
+    /// as they are; backends without kernels for them get the packed values widened to floats
+    /// at load ([`crate::model::WeightStorage`]).
+    const PACKED_WEIGHTS: bool = false;
+
     /// Each block's `x Wᵀ + b` for `x` of shape `[rows, in]`: `[rows, out_i]`, in block
     /// order.
     fn project(x: Tensor<Self, 2>, blocks: &[LinearBlock<Self>]) -> Vec<Tensor<Self, 2>> {
