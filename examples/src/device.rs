@@ -190,7 +190,9 @@ pub fn parse_dtype(text: &str) -> Result<DtypeArg, String> {
         "bf16" => Ok(DtypeArg::Bf16),
         "f16" => Ok(DtypeArg::F16),
         "q8_0" => Ok(DtypeArg::Q8_0),
-        other => Err(format!("`{other}` is not a dtype: use f32, bf16, f16 or q8_0")),
+        other => Err(format!(
+            "`{other}` is not a dtype: use f32, bf16, f16 or q8_0"
+        )),
     }
 }
 
@@ -262,7 +264,9 @@ mod tests {
         }
         assert_eq!(parse_dtype("bf16"), Ok(DtypeArg::Bf16));
         assert_eq!(parse_dtype("q8_0"), Ok(DtypeArg::Q8_0));
-        assert!(parse_dtype("f64").unwrap_err().contains("f32, bf16, f16 or q8_0"));
+        assert!(parse_dtype("f64")
+            .unwrap_err()
+            .contains("f32, bf16, f16 or q8_0"));
     }
 
     #[test]

@@ -267,9 +267,7 @@ fn main() {
 
     for &len in &args.prefill {
         let rate = bench_prefill(&model, len, args.prefill_runs.max(1));
-        println!(
-            "prefill {len:>4} tokens: {rate:8.1} tokens/s"
-        );
+        println!("prefill {len:>4} tokens: {rate:8.1} tokens/s");
     }
     if args.prefill_only {
         return;

@@ -58,13 +58,24 @@ pub fn bench_peer(args: &[String]) -> Result<()> {
     let cache = root.join("target/peer");
     let tools = build_llama_cpp(&root, &cache)?;
     cargo(&[
-        "build", "--release", "-p", "aquila-examples", "--bin", "bench", "--bin", "import-model",
-        "--bin", "generate",
+        "build",
+        "--release",
+        "-p",
+        "aquila-examples",
+        "--bin",
+        "bench",
+        "--bin",
+        "import-model",
+        "--bin",
+        "generate",
     ])?;
     let bin = root.join("target/release");
     let source = root.join(SOURCE_GGUF);
     if !source.is_file() {
-        bail!("{} is missing: run `cargo xtask import-model` first", source.display());
+        bail!(
+            "{} is missing: run `cargo xtask import-model` first",
+            source.display()
+        );
     }
     let models = cache.join("models");
     std::fs::create_dir_all(&models)?;
@@ -77,7 +88,10 @@ pub fn bench_peer(args: &[String]) -> Result<()> {
         let from = &ggufs[0];
         let gguf = quantize(&tools, from, &models, &kind.to_lowercase(), kind)?;
         let generated = import_and_generate(&bin, &gguf, &cache.join(kind.to_lowercase()))?;
-        println!("{} import: ok, {generated} tokens generated", kind.to_lowercase());
+        println!(
+            "{} import: ok, {generated} tokens generated",
+            kind.to_lowercase()
+        );
     }
 
     let mut aquila = [Measured::default(); FORMATS.len()];
@@ -116,7 +130,10 @@ fn build_llama_cpp(root: &Path, cache: &Path) -> Result<PathBuf> {
         .output()
         .with_context(|| format!("could not run {}", script.display()))?;
     if !output.status.success() {
-        bail!("building llama.cpp failed ({}); see the output above", output.status);
+        bail!(
+            "building llama.cpp failed ({}); see the output above",
+            output.status
+        );
     }
     let stdout = String::from_utf8_lossy(&output.stdout);
     let dir = stdout.lines().last().unwrap_or_default().trim();
@@ -259,7 +276,11 @@ fn run_aquila(bin: &Path, root: &Path, format: &str) -> Result<(f64, f64, u64)> 
             .as_f64()
             .with_context(|| format!("no {key} in bench's output"))
     };
-    Ok((get("prefill_tokens_per_s")?, get("decode_tokens_per_s")?, rss))
+    Ok((
+        get("prefill_tokens_per_s")?,
+        get("decode_tokens_per_s")?,
+        rss,
+    ))
 }
 
 fn print_table(aquila: &[Measured], llama: &[Measured], ggufs: &[PathBuf], rounds: usize) {

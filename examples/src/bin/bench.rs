@@ -182,7 +182,10 @@ fn print_table(args: &Args, device: DeviceChoice, rates: &Rates) {
     );
     println!("{:<30} {:>12}", "measurement", "tokens/s");
     println!("{:<30} {:>12.1}", "prefill", rates.prefill_tokens_per_s);
-    println!("{:<30} {:>12.1}", "decode, batch 1", rates.decode_tokens_per_s);
+    println!(
+        "{:<30} {:>12.1}",
+        "decode, batch 1", rates.decode_tokens_per_s
+    );
     if let Some(batch8) = rates.decode_batch8_tokens_per_s {
         println!(
             "{:<30} {:>12.1}   {:.2}x decode at batch 1 (same run)",

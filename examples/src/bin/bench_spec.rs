@@ -362,7 +362,8 @@ impl BackendTask for VerificationCost<'_> {
 
     fn run<B: KernelBackend>(self, device: &B::Device) -> Self::Output {
         let args = self.args;
-        let model = LlamaModel::<B>::load_in_format(self.model_dir, self.weights, device)?.no_grad();
+        let model =
+            LlamaModel::<B>::load_in_format(self.model_dir, self.weights, device)?.no_grad();
         let vocab = model.config().vocab_size as u32;
         let context: Vec<u32> = (0..args.context as u32)
             .map(|i| (i * 7919) % vocab)

@@ -152,7 +152,10 @@ mod tests {
                             .map(|(w, &x)| f64::from(w.to_f32()) * f64::from(x))
                             .sum();
                         let got = f64::from(dots[r][c]);
-                        assert!((got - want).abs() <= 1e-4 * (1.0 + want.abs()), "{got} vs {want}");
+                        assert!(
+                            (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                            "{got} vs {want}"
+                        );
                     }
                 }
             }

@@ -418,7 +418,9 @@ mod tests {
             let mut x_q8 = vec![0.0; x.len()];
             for (block, q) in x.chunks_exact(32).zip(x_q8.chunks_exact_mut(32)) {
                 let (d, ints) = crate::quant::q8_0_block(block);
-                q.iter_mut().zip(ints).for_each(|(q, i)| *q = d * f32::from(i));
+                q.iter_mut()
+                    .zip(ints)
+                    .for_each(|(q, i)| *q = d * f32::from(i));
             }
             let widen = |m: WeightRef<'_>| -> Vec<f32> {
                 let mut all = vec![0.0; out * d_in];
@@ -448,7 +450,10 @@ mod tests {
                 };
                 let want = reference(&reference_x, rows, d_in, &dense);
                 for (g, w) in got[0].iter().zip(&want) {
-                    assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{label}: {g} vs {w}");
+                    assert!(
+                        (g - w).abs() <= 1e-4 * (1.0 + w.abs()),
+                        "{label}: {g} vs {w}"
+                    );
                 }
             }
         }

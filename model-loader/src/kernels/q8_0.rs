@@ -32,7 +32,10 @@ impl QuantizedRows {
     /// # Panics
     /// If `d_in` is not a multiple of [`Q8_0_BLOCK`] or `x` is not `rows * d_in` long.
     pub fn new(x: &[f32], rows: usize, d_in: usize) -> Self {
-        assert!(d_in % Q8_0_BLOCK == 0 && x.len() == rows * d_in, "QuantizedRows: bad shape");
+        assert!(
+            d_in % Q8_0_BLOCK == 0 && x.len() == rows * d_in,
+            "QuantizedRows: bad shape"
+        );
         let pairs = d_in.div_ceil(PAIR);
         let mut quants = vec![0i8; rows * pairs * PAIR];
         let mut offsets = vec![0i32; rows * pairs * 16];
@@ -77,7 +80,9 @@ pub(super) fn dot_tile(
     dots: &mut super::gemv::Dots,
 ) {
     assert!(height <= 8 && width <= 4 && col0 + width <= w.rows());
-    assert!(x.pairs == w.cols().div_ceil(PAIR) && (row0 + height) * x.pairs * PAIR <= x.quants.len());
+    assert!(
+        x.pairs == w.cols().div_ceil(PAIR) && (row0 + height) * x.pairs * PAIR <= x.quants.len()
+    );
     #[cfg(target_arch = "x86_64")]
     if has_vnni() {
         macro_rules! dispatch {
@@ -175,17 +180,36 @@ mod avx512 {
                 let mask: __mmask8 = ((1u16 << left) - 1) as __mmask8;
                 for (c, s) in scales.iter_mut().enumerate() {
                     // SAFETY: the mask limits the load to the row's remaining block scales.
-                    let half = unsafe { _mm_maskz_loadu_epi16(mask, ws[c].add(first_block).cast()) };
+                    let half =
+                        unsafe { _mm_maskz_loadu_epi16(mask, ws[c].add(first_block).cast()) };
                     *s = _mm512_castps256_ps512(_mm256_cvtph_ps(half));
                 }
             }
             let lo = (2 * j) as i32;
             let index = _mm512_set_epi32(
-                lo + 1, lo + 1, lo + 1, lo + 1, lo + 1, lo + 1, lo + 1, lo + 1,
-                lo, lo, lo, lo, lo, lo, lo, lo,
+                lo + 1,
+                lo + 1,
+                lo + 1,
+                lo + 1,
+                lo + 1,
+                lo + 1,
+                lo + 1,
+                lo + 1,
+                lo,
+                lo,
+                lo,
+                lo,
+                lo,
+                lo,
+                lo,
+                lo,
             );
             // One block left over: load its 32 bytes only.
-            let byte_mask: __mmask64 = if first_block + 1 < blocks { u64::MAX } else { u32::MAX as u64 };
+            let byte_mask: __mmask64 = if first_block + 1 < blocks {
+                u64::MAX
+            } else {
+                u32::MAX as u64
+            };
             let mut wv = [_mm512_setzero_si512(); W];
             let mut wd = [_mm512_setzero_ps(); W];
             for c in 0..W {
@@ -254,8 +278,7 @@ mod tests {
                     dot_tile(&w, col0, width, &q, row0, height, &mut dots);
                     for r in 0..height {
                         for c in 0..width {
-                            let want =
-                                reference(&w, col0 + c, &x[(row0 + r) * cols..][..cols]);
+                            let want = reference(&w, col0 + c, &x[(row0 + r) * cols..][..cols]);
                             let got = f64::from(dots[r][c]);
                             assert!(
                                 (got - want).abs() <= 1e-4 * (1.0 + want.abs()),

@@ -72,8 +72,8 @@ impl<B: Backend> LinearBlock<B> {
         device: &B::Device,
     ) -> Self {
         let out = weight.len() / d_in.max(1);
-        let bias = bias
-            .map(|b| Param::from_tensor(Tensor::from_data(TensorData::new(b, [out]), device)));
+        let bias =
+            bias.map(|b| Param::from_tensor(Tensor::from_data(TensorData::new(b, [out]), device)));
         let packed = PackedWeight::pack(storage.format, &weight, out, d_in);
         match packed {
             Some(packed) if storage.packed => Self {

@@ -3,11 +3,11 @@
 
 use super::decoder_layer::{DecoderLayer, DecoderLayerSpec};
 use super::rms_norm::{load_rms_norm, rms_norm, RmsNorm};
+use super::WeightStorage;
 use super::{
     AttentionContext, FeatureTap, ForwardBatch, ForwardOutput, KvCache, ModelError, Rope,
     SplitLinear, WeightLoader,
 };
-use super::WeightStorage;
 use crate::backend::KernelBackend;
 use crate::checkpoint::Checkpoint;
 use crate::config::LlamaConfig;
@@ -125,7 +125,8 @@ impl<B: Backend> LlamaModel<B> {
         let embed_tokens = embed_tokens.map(|table| Embedding {
             weight: Param::from_tensor(table),
         });
-        let packed_bytes = loader.packed_bytes() + lm_head.packed_weight().map_or(0, PackedWeight::bytes);
+        let packed_bytes =
+            loader.packed_bytes() + lm_head.packed_weight().map_or(0, PackedWeight::bytes);
         Some(Self {
             packed_bytes,
             table_is_lm_head,

@@ -16,7 +16,11 @@ impl Bf16Matrix {
     /// # Panics
     /// If `values` does not hold `rows * cols` values.
     pub fn from_f32(values: &[f32], rows: usize, cols: usize) -> Self {
-        assert_eq!(values.len(), rows * cols, "from_f32: values are not [rows, cols]");
+        assert_eq!(
+            values.len(),
+            rows * cols,
+            "from_f32: values are not [rows, cols]"
+        );
         Self {
             rows,
             cols,
@@ -49,7 +53,10 @@ impl Bf16Matrix {
     /// # Panics
     /// If `row >= rows` or `out` is not `cols` long.
     pub fn dequantize_row(&self, row: usize, out: &mut [f32]) {
-        assert!(row < self.rows && out.len() == self.cols, "dequantize_row: bad row or length");
+        assert!(
+            row < self.rows && out.len() == self.cols,
+            "dequantize_row: bad row or length"
+        );
         for (o, v) in out.iter_mut().zip(self.row(row)) {
             *o = v.to_f32();
         }

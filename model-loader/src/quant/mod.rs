@@ -14,15 +14,17 @@ mod bf16;
 mod q8_0;
 
 pub use bf16::Bf16Matrix;
-pub use q8_0::{Q8_0Matrix, Q8_0_BLOCK};
 pub(crate) use q8_0::quantize_block as q8_0_block;
+pub use q8_0::{Q8_0Matrix, Q8_0_BLOCK};
 
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
 /// The format the projections and the lm_head are held in (see the module docs).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub enum WeightFormat {
     /// 32-bit floats.
     #[default]
@@ -89,7 +91,11 @@ impl PackedWeight {
     /// # Panics
     /// If `values` does not hold `rows * cols` values.
     pub fn pack(format: WeightFormat, values: &[f32], rows: usize, cols: usize) -> Option<Self> {
-        assert_eq!(values.len(), rows * cols, "pack: values are not [rows, cols]");
+        assert_eq!(
+            values.len(),
+            rows * cols,
+            "pack: values are not [rows, cols]"
+        );
         match format {
             WeightFormat::F32 => None,
             WeightFormat::Q8_0 => {

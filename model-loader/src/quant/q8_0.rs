@@ -27,7 +27,11 @@ impl Q8_0Matrix {
     /// # Panics
     /// If `values` does not hold `rows * cols` values.
     pub fn quantize(values: &[f32], rows: usize, cols: usize) -> Option<Self> {
-        assert_eq!(values.len(), rows * cols, "quantize: values are not [rows, cols]");
+        assert_eq!(
+            values.len(),
+            rows * cols,
+            "quantize: values are not [rows, cols]"
+        );
         if cols % Q8_0_BLOCK != 0 {
             return None;
         }
@@ -106,7 +110,10 @@ impl Q8_0Matrix {
     /// # Panics
     /// If `row >= rows` or `out` is not `cols` long.
     pub fn dequantize_row(&self, row: usize, out: &mut [f32]) {
-        assert!(row < self.rows && out.len() == self.cols, "dequantize_row: bad row or length");
+        assert!(
+            row < self.rows && out.len() == self.cols,
+            "dequantize_row: bad row or length"
+        );
         for ((out, q), d) in out
             .chunks_exact_mut(Q8_0_BLOCK)
             .zip(self.row_quants(row).chunks_exact(Q8_0_BLOCK))

@@ -50,11 +50,18 @@ impl Agreement {
             100.0 * share,
             self.worst_logit_error
         );
-        assert!(share >= MIN_AGREEMENT, "{label}: top-1 agreement {share:.3}");
+        assert!(
+            share >= MIN_AGREEMENT,
+            "{label}: top-1 agreement {share:.3}"
+        );
     }
 }
 
-fn logits(model: &LlamaModel<Flex>, batch: Vec<SequenceInput>, cache: &mut aquila_model_loader::model::KvCache<Flex>) -> Vec<f32> {
+fn logits(
+    model: &LlamaModel<Flex>,
+    batch: Vec<SequenceInput>,
+    cache: &mut aquila_model_loader::model::KvCache<Flex>,
+) -> Vec<f32> {
     model
         .forward(&ForwardBatch::new(batch), cache, &FeatureTap::None)
         .unwrap()

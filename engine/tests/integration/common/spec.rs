@@ -4,7 +4,8 @@
 use std::path::Path;
 
 use aquila_engine::{
-    Device, WeightFormat, EngineConfig, Llm, Prompt, RequestOutput, SamplingParams, SpeculativeConfig,
+    Device, EngineConfig, Llm, Prompt, RequestOutput, SamplingParams, SpeculativeConfig,
+    WeightFormat,
 };
 use aquila_model_loader::config::LlamaConfig;
 use aquila_model_loader::fixtures::eagle::{
