@@ -212,11 +212,11 @@ mod avx512 {
             };
             let mut wv = [_mm512_setzero_si512(); W];
             let mut wd = [_mm512_setzero_ps(); W];
-            for c in 0..W {
+            for (c, (v, d)) in wv.iter_mut().zip(wd.iter_mut()).enumerate() {
                 // SAFETY: the mask limits the load to the row's remaining values.
-                wv[c] = unsafe { _mm512_maskz_loadu_epi8(byte_mask, wq[c].add(p * PAIR).cast()) };
+                *v = unsafe { _mm512_maskz_loadu_epi8(byte_mask, wq[c].add(p * PAIR).cast()) };
                 _mm_prefetch::<_MM_HINT_T0>(wq[c].wrapping_add(p * PAIR + 4 * cols).cast());
-                wd[c] = _mm512_permutexvar_ps(index, scales[c]);
+                *d = _mm512_permutexvar_ps(index, scales[c]);
             }
             for (r, acc) in acc.iter_mut().enumerate() {
                 // SAFETY: input rows hold `pairs` whole pairs (zero-padded).
@@ -227,10 +227,10 @@ mod avx512 {
                         _mm512_loadu_ps(xs.add((r * pairs + p) * 16)),
                     )
                 };
-                for c in 0..W {
-                    let int = _mm512_dpbusd_epi32(offset, wv[c], xv);
-                    let both = _mm512_mul_ps(scale, wd[c]);
-                    acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(int), both, acc[c]);
+                for ((a, v), d) in acc.iter_mut().zip(&wv).zip(&wd) {
+                    let int = _mm512_dpbusd_epi32(offset, *v, xv);
+                    let both = _mm512_mul_ps(scale, *d);
+                    *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(int), both, *a);
                 }
             }
         }
