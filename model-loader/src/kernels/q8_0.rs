@@ -33,7 +33,7 @@ impl QuantizedRows {
     /// If `d_in` is not a multiple of [`Q8_0_BLOCK`] or `x` is not `rows * d_in` long.
     pub fn new(x: &[f32], rows: usize, d_in: usize) -> Self {
         assert!(
-            d_in % Q8_0_BLOCK == 0 && x.len() == rows * d_in,
+            d_in.is_multiple_of(Q8_0_BLOCK) && x.len() == rows * d_in,
             "QuantizedRows: bad shape"
         );
         let pairs = d_in.div_ceil(PAIR);
@@ -110,14 +110,14 @@ pub(super) fn dot_tile(
         for (c, dot) in dots.iter_mut().enumerate().take(width) {
             let (wq, ws) = (w.row_quants(col0 + c), w.row_scales(col0 + c));
             let mut acc = 0.0f32;
-            for b in 0..blocks {
+            for (b, w_scale) in ws.iter().enumerate().take(blocks) {
                 let range = b * Q8_0_BLOCK..(b + 1) * Q8_0_BLOCK;
                 let int: i32 = wq[range.clone()]
                     .iter()
                     .zip(&xq[range])
                     .map(|(&w, &x)| i32::from((w ^ 0x80) as i8) * i32::from(x))
                     .sum();
-                acc += int as f32 * (ws[b].to_f32() * x.block_scale(row0 + r, b));
+                acc += int as f32 * (w_scale.to_f32() * x.block_scale(row0 + r, b));
             }
             *dot = acc;
         }

@@ -32,7 +32,7 @@ impl Q8_0Matrix {
             rows * cols,
             "quantize: values are not [rows, cols]"
         );
-        if cols % Q8_0_BLOCK != 0 {
+        if !cols.is_multiple_of(Q8_0_BLOCK) {
             return None;
         }
         let blocks = values.len() / Q8_0_BLOCK;
@@ -62,7 +62,9 @@ impl Q8_0Matrix {
     /// [`Q8_0_BLOCK`] or `blocks` has the wrong length.
     pub fn from_ggml_blocks(blocks: &[u8], rows: usize, cols: usize) -> Option<Self> {
         const BLOCK_BYTES: usize = 2 + Q8_0_BLOCK;
-        if cols % Q8_0_BLOCK != 0 || blocks.len() != rows * cols / Q8_0_BLOCK * BLOCK_BYTES {
+        if !cols.is_multiple_of(Q8_0_BLOCK)
+            || blocks.len() != rows * cols / Q8_0_BLOCK * BLOCK_BYTES
+        {
             return None;
         }
         let mut quants = Vec::with_capacity(rows * cols);
