@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::error::EngineError;
+pub use aquila_model_loader::quant::WeightFormat;
 
 /// The device the engine runs the model on.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -346,6 +347,9 @@ pub struct EngineConfig {
     pub device: Device,
     /// Model dtype (f32 on the CPU; bf16, f16 or f32 on CUDA).
     pub dtype: DType,
+    /// Format of the projection and lm_head weights: f32, or Q8_0 / bf16, which the CPU
+    /// kernels read packed (other backends get the rounded values widened to `dtype` at load).
+    pub weights: WeightFormat,
     /// Most requests running at once (also the number of KV cache slots).
     pub max_num_seqs: usize,
     /// Most tokens one engine step feeds to the model (prefill chunks plus decode tokens).
@@ -372,6 +376,7 @@ impl EngineConfig {
             model: model.into(),
             device: Device::Cpu,
             dtype: DType::F32,
+            weights: WeightFormat::F32,
             max_num_seqs: 16,
             max_num_batched_tokens: 2048,
             max_model_len: None,

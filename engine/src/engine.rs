@@ -84,7 +84,7 @@ impl<B: KernelBackend> Engine<B> {
     ) -> Result<Self, EngineError> {
         // Inference: parameters without gradients, so that an autodiff backend (the generic
         // CPU path) records no graph.
-        let model = LlamaModel::<B>::load(&config.model, device)
+        let model = LlamaModel::<B>::load_in_format(&config.model, config.weights, device)
             .map_err(|error| EngineError::Load {
                 dir: config.model.clone(),
                 error: Box::new(error),

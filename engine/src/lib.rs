@@ -77,7 +77,7 @@ pub use async_llm::{
 };
 pub use config::{
     DType, Device, DraftLength, DraftTreeConfig, EagleDrafter, EngineConfig, KvCacheBudget,
-    MetricsConfig, NgramDrafter, SpeculativeConfig, SpeculativeMethod,
+    MetricsConfig, NgramDrafter, SpeculativeConfig, SpeculativeMethod, WeightFormat,
 };
 pub use error::{EngineError, PromptError};
 pub use llm::Llm;

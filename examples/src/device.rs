@@ -5,7 +5,7 @@
 use std::fmt;
 use std::path::Path;
 
-use aquila_engine::{DType, Device, EngineConfig};
+use aquila_engine::{DType, Device, EngineConfig, WeightFormat};
 use aquila_model_loader::backend::{GenericCpu, KernelBackend};
 use burn::backend::Flex;
 use clap::Args;
@@ -18,9 +18,25 @@ pub struct DeviceArgs {
     /// a CUDA build on a machine with a GPU, else `cpu`.
     #[arg(long, value_parser = parse_device)]
     pub device: Option<Device>,
-    /// Float type of the model: `f32` (every device), `bf16` or `f16` (CUDA only).
+    /// Type of the model: `f32` (every device); `bf16` (bfloat16 weights on the CPU, the
+    /// float type on CUDA); `f16` (CUDA only); `q8_0` (8-bit weights in blocks of 32 with a
+    /// scale each, read packed by the CPU kernels).
     #[arg(long, value_parser = parse_dtype, default_value = "f32")]
-    pub dtype: DType,
+    pub dtype: DtypeArg,
+}
+
+/// The `--dtype` choices (see [`DeviceArgs::dtype`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum DtypeArg {
+    /// 32-bit floats.
+    #[default]
+    F32,
+    /// bfloat16: weights on the CPU, the float type on CUDA.
+    Bf16,
+    /// Half precision (CUDA only).
+    F16,
+    /// Q8_0 weights.
+    Q8_0,
 }
 
 impl DeviceArgs {
@@ -31,12 +47,18 @@ impl DeviceArgs {
             None => default_device(),
         };
         check_device(device)?;
-        if device.is_cpu() && self.dtype != DType::F32 {
-            return Err(DeviceError::CpuDtype(self.dtype));
-        }
+        let (dtype, weights) = match (self.dtype, device.is_cpu()) {
+            (DtypeArg::F32, _) => (DType::F32, WeightFormat::F32),
+            (DtypeArg::Q8_0, _) => (DType::F32, WeightFormat::Q8_0),
+            (DtypeArg::Bf16, true) => (DType::F32, WeightFormat::Bf16),
+            (DtypeArg::Bf16, false) => (DType::BF16, WeightFormat::F32),
+            (DtypeArg::F16, true) => return Err(DeviceError::CpuDtype(DType::F16)),
+            (DtypeArg::F16, false) => (DType::F16, WeightFormat::F32),
+        };
         Ok(DeviceChoice {
             device,
-            dtype: self.dtype,
+            dtype,
+            weights,
         })
     }
 }
@@ -48,6 +70,8 @@ pub struct DeviceChoice {
     pub device: Device,
     /// The model's float type.
     pub dtype: DType,
+    /// The format of the projection and lm_head weights.
+    pub weights: WeightFormat,
 }
 
 impl DeviceChoice {
@@ -55,6 +79,7 @@ impl DeviceChoice {
     pub fn apply(&self, config: &mut EngineConfig) {
         config.device = self.device;
         config.dtype = self.dtype;
+        config.weights = self.weights;
     }
 }
 
@@ -108,7 +133,11 @@ fn run_on_cuda<T: BackendTask>(_: T, index: usize, _: DType) -> Result<T::Output
 
 impl fmt::Display for DeviceChoice {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}, {}", self.device, self.dtype)
+        if self.weights == WeightFormat::F32 {
+            write!(f, "{}, {}", self.device, self.dtype)
+        } else {
+            write!(f, "{}, {} weights", self.device, self.weights)
+        }
     }
 }
 
@@ -135,8 +164,8 @@ pub enum DeviceError {
         /// GPUs found.
         count: usize,
     },
-    /// A dtype other than f32 on the CPU.
-    #[error("--dtype {0}: the CPU runs f32 only; bf16 and f16 need --device cuda")]
+    /// A dtype the CPU does not run.
+    #[error("--dtype {0}: the CPU runs f32, bf16 or q8_0 weights; f16 needs --device cuda")]
     CpuDtype(DType),
 }
 
@@ -154,13 +183,16 @@ pub fn parse_device(text: &str) -> Result<Device, String> {
         .ok_or_else(|| format!("`{text}` is not a device: use cpu, cpu-generic, cuda or cuda:N"))
 }
 
-/// Parses `f32`, `bf16` or `f16`.
-pub fn parse_dtype(text: &str) -> Result<DType, String> {
+/// Parses `f32`, `bf16`, `f16` or `q8_0`.
+pub fn parse_dtype(text: &str) -> Result<DtypeArg, String> {
     match text {
-        "f32" => Ok(DType::F32),
-        "bf16" => Ok(DType::BF16),
-        "f16" => Ok(DType::F16),
-        other => Err(format!("`{other}` is not a dtype: use f32, bf16 or f16")),
+        "f32" => Ok(DtypeArg::F32),
+        "bf16" => Ok(DtypeArg::Bf16),
+        "f16" => Ok(DtypeArg::F16),
+        "q8_0" => Ok(DtypeArg::Q8_0),
+        other => Err(format!(
+            "`{other}` is not a dtype: use f32, bf16, f16 or q8_0"
+        )),
     }
 }
 
@@ -230,31 +262,44 @@ mod tests {
             let err = parse_device(bad).unwrap_err();
             assert!(err.contains(bad) && err.contains("cuda:N"), "{err}");
         }
-        assert_eq!(parse_dtype("bf16"), Ok(DType::BF16));
-        assert!(parse_dtype("f64").unwrap_err().contains("f32, bf16 or f16"));
+        assert_eq!(parse_dtype("bf16"), Ok(DtypeArg::Bf16));
+        assert_eq!(parse_dtype("q8_0"), Ok(DtypeArg::Q8_0));
+        assert!(parse_dtype("f64")
+            .unwrap_err()
+            .contains("f32, bf16, f16 or q8_0"));
     }
 
     #[test]
-    fn the_cpu_resolves_in_f32_only() {
+    fn the_cpu_computes_in_f32_with_packed_weights() {
         let args = DeviceArgs {
             device: Some(Device::Cpu),
-            dtype: DType::F32,
+            dtype: DtypeArg::F32,
         };
-        let choice = args.resolve().unwrap();
+        let choice = args.clone().resolve().unwrap();
         assert_eq!(choice.to_string(), "cpu, f32");
+        let q8 = DeviceArgs {
+            dtype: DtypeArg::Q8_0,
+            ..args.clone()
+        };
+        let choice = q8.resolve().unwrap();
+        assert_eq!(choice.to_string(), "cpu, q8_0 weights");
         let mut config = EngineConfig::new("model");
-        DeviceChoice {
-            device: Device::CpuGeneric,
-            dtype: DType::F32,
-        }
-        .apply(&mut config);
-        assert_eq!(config.device, Device::CpuGeneric);
+        choice.apply(&mut config);
+        assert_eq!(
+            (config.device, config.dtype, config.weights),
+            (Device::Cpu, DType::F32, WeightFormat::Q8_0)
+        );
+        let bf16 = DeviceArgs {
+            dtype: DtypeArg::Bf16,
+            ..args.clone()
+        };
+        assert_eq!(bf16.resolve().unwrap().weights, WeightFormat::Bf16);
         let half = DeviceArgs {
-            dtype: DType::BF16,
+            dtype: DtypeArg::F16,
             ..args
         };
         let err = half.resolve().unwrap_err();
-        assert_eq!(err, DeviceError::CpuDtype(DType::BF16));
+        assert_eq!(err, DeviceError::CpuDtype(DType::F16));
         assert!(err.to_string().contains("--device cuda"));
     }
 
@@ -262,7 +307,7 @@ mod tests {
     fn cuda_without_a_cuda_build_or_gpu_names_the_fix() {
         let args = DeviceArgs {
             device: Some(Device::Cuda(0)),
-            dtype: DType::F32,
+            dtype: DtypeArg::F32,
         };
         match args.resolve() {
             Err(DeviceError::NotBuiltWithCuda(_)) => {
@@ -275,7 +320,7 @@ mod tests {
         }
         let beyond = DeviceArgs {
             device: Some(Device::Cuda(gpu_count() + 7)),
-            dtype: DType::F32,
+            dtype: DtypeArg::F32,
         };
         assert!(beyond.resolve().is_err());
     }

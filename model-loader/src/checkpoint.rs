@@ -165,8 +165,10 @@ impl Checkpoint {
     /// Reads a floating-point tensor (`F32`, `F16`, `BF16` or `F64`) as `f32`, row-major.
     pub fn read_f32(&self, name: &str) -> Result<Vec<f32>, CheckpointError> {
         let (shard, location) = self.locate(name)?;
-        convert::to_f32(location.dtype, shard.bytes(location))
-            .ok_or_else(|| unsupported(shard, name, location, "a floating-point type"))
+        let values = convert::to_f32(location.dtype, shard.bytes(location))
+            .ok_or_else(|| unsupported(shard, name, location, "a floating-point type"));
+        shard.release(location);
+        values
     }
 
     /// Reads a floating-point matrix stored `[rows, cols]` as `f32` in `[cols, rows]` order

@@ -16,6 +16,7 @@ pub mod fixtures;
 pub mod gguf;
 pub mod kernels;
 pub mod model;
+pub mod quant;
 pub mod tokenizer;
 
 pub use error::LoadError;

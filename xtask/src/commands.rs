@@ -75,6 +75,7 @@ pub fn bench(which: &str, args: &[String]) -> Result<()> {
             ensure_default_model()?;
             run_example("bench", Profile::Release, args)
         }
+        "peer" => crate::peer::bench_peer(args),
         "spec" => {
             ensure_default_model()?;
             run_example("bench-spec", Profile::Release, args)
@@ -111,7 +112,7 @@ pub fn bench(which: &str, args: &[String]) -> Result<()> {
             "rejection",
         ]),
         other => {
-            bail!("unknown benchmark `{other}`: choose engine, forward, spec, metrics or rejection")
+            bail!("unknown benchmark `{other}`: choose engine, peer, forward, spec, metrics or rejection")
         }
     }
 }

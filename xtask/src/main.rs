@@ -6,6 +6,7 @@
 mod cargo;
 mod commands;
 mod gpu_check;
+mod peer;
 
 use clap::{Parser, Subcommand};
 
@@ -63,8 +64,9 @@ enum Command {
     /// Benchmarks, built in release mode; each prints ratios against a baseline measured in the
     /// same run.
     Bench {
-        /// Which benchmark: engine (decode/prefill tokens/s), forward (model load and forward),
-        /// spec (speculative decoding), metrics or rejection (criterion micro-benchmarks).
+        /// Which benchmark: engine (decode/prefill tokens/s), peer (against llama.cpp, built
+        /// from source once), forward (model load and forward), spec (speculative decoding),
+        /// metrics or rejection (criterion micro-benchmarks).
         #[arg(default_value = "engine")]
         which: String,
         /// Arguments passed to the benchmark.

@@ -22,6 +22,7 @@ mod spec_batch_limit;
 mod spec_config;
 mod spec_generic_path;
 mod spec_lossless;
+mod spec_quantized;
 mod spec_replay;
 mod spec_smollm2;
 mod spec_stochastic;

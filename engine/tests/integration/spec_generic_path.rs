@@ -6,7 +6,7 @@
 //! Needs `models/smollm2-135m-instruct` (`cargo xtask import-model`); fails without it unless
 //! `AQUILA_SKIP_REAL_MODEL=1`.
 
-use aquila_engine::Device;
+use aquila_engine::{Device, WeightFormat};
 
 use crate::common::real_model_dir;
 use crate::common::spec::assert_smollm2_lossless;
@@ -16,5 +16,5 @@ fn generic_path_speculative_output_equals_plain_output() {
     let Some(model) = real_model_dir() else {
         return;
     };
-    assert_smollm2_lossless(&model, Device::CpuGeneric, &[3], 12);
+    assert_smollm2_lossless(&model, Device::CpuGeneric, WeightFormat::F32, &[3], 12);
 }

@@ -5,7 +5,7 @@
 //! Needs `models/smollm2-135m-instruct` (`cargo xtask import-model`); fails without it unless
 //! `AQUILA_SKIP_REAL_MODEL=1`.
 
-use aquila_engine::Device;
+use aquila_engine::{Device, WeightFormat};
 
 use crate::common::real_model_dir;
 use crate::common::spec::assert_smollm2_lossless;
@@ -15,5 +15,5 @@ fn smollm2_greedy_speculative_output_equals_plain_output() {
     let Some(model) = real_model_dir() else {
         return;
     };
-    assert_smollm2_lossless(&model, Device::Cpu, &[1, 3, 5], 16);
+    assert_smollm2_lossless(&model, Device::Cpu, WeightFormat::F32, &[1, 3, 5], 16);
 }

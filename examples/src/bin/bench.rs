@@ -1,5 +1,7 @@
-//! Engine throughput: prefill tokens/s and decode tokens/s at batch 1 and batch 8, next to
-//! llama.cpp's f32 CPU figures for the same model on 2 threads (`--device` picks the device).
+//! Engine throughput: prefill tokens/s and decode tokens/s at batch 1 and batch 8
+//! (`--device` and `--dtype` pick the device and the weight format). The baseline measured in
+//! the same run is the engine's own batch-1 decode, which the batch-8 aggregate is compared
+//! with; `cargo xtask bench peer` compares with llama.cpp, built and run in the same run.
 //!
 //! ```text
 //! cargo run --release -p aquila-examples --bin bench -- --model models/smollm2-135m-instruct
@@ -14,11 +16,6 @@ use aquila_examples::device::{DeviceArgs, DeviceChoice};
 use aquila_examples::paths::default_model_dir;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
-
-/// llama.cpp (f32 GGUF, 2 threads) decode speed on SmolLM2-135M, tokens/s.
-const LLAMA_CPP_DECODE_TOKENS_PER_S: f64 = 31.0;
-/// llama.cpp (f32 GGUF, 2 threads) prompt processing speed on SmolLM2-135M, tokens/s.
-const LLAMA_CPP_PREFILL_TOKENS_PER_S: f64 = 528.0;
 
 /// Measures prefill and decode throughput of the engine.
 #[derive(Parser, Debug)]
@@ -41,13 +38,21 @@ struct Args {
     /// Timed repetitions of each measurement (the best is reported).
     #[arg(long, default_value_t = 3)]
     repeats: usize,
+    /// Decode at batch 1 only (no batch-8 measurement).
+    #[arg(long)]
+    batch1_only: bool,
+    /// Print one JSON object (`prefill_tokens_per_s`, `decode_tokens_per_s`,
+    /// `decode_batch8_tokens_per_s`) instead of the table.
+    #[arg(long)]
+    json: bool,
 }
 
-/// One measured figure and its llama.cpp reference.
-struct Figure {
-    name: &'static str,
-    tokens_per_s: f64,
-    reference: f64,
+/// The measured rates, tokens/s.
+#[derive(serde::Serialize)]
+struct Rates {
+    prefill_tokens_per_s: f64,
+    decode_tokens_per_s: f64,
+    decode_batch8_tokens_per_s: Option<f64>,
 }
 
 fn main() -> Result<()> {
@@ -66,7 +71,12 @@ fn main() -> Result<()> {
     let vocab_size = llm.vocab_size();
 
     let runs = 1 + args.repeats; // The first run of each measurement warms up.
-    let progress = ProgressBar::new((3 * runs) as u64);
+    let batches: &[usize] = if args.batch1_only { &[1] } else { &[1, 8] };
+    let progress = if args.json {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(((1 + batches.len()) * runs) as u64)
+    };
     progress.set_style(
         ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
@@ -80,8 +90,8 @@ fn main() -> Result<()> {
         prefill.push(args.prefill_tokens as f64 / elapsed.as_secs_f64());
         progress.inc(1);
     }
-    let mut decode = [Vec::new(), Vec::new()];
-    for (batch, rates) in [1usize, 8].into_iter().zip(decode.iter_mut()) {
+    let mut decode = vec![Vec::new(); batches.len()];
+    for (&batch, rates) in batches.iter().zip(decode.iter_mut()) {
         progress.set_message(format!("decode, batch {batch}"));
         for run in 0..runs {
             rates.push(time_decode(&mut llm, &args, batch, run as u64)?);
@@ -91,24 +101,16 @@ fn main() -> Result<()> {
     progress.finish_and_clear();
 
     let best = |rates: &[f64]| rates[1..].iter().copied().fold(0.0, f64::max);
-    let figures = [
-        Figure {
-            name: "prefill",
-            tokens_per_s: best(&prefill),
-            reference: LLAMA_CPP_PREFILL_TOKENS_PER_S,
-        },
-        Figure {
-            name: "decode, batch 1",
-            tokens_per_s: best(&decode[0]),
-            reference: LLAMA_CPP_DECODE_TOKENS_PER_S,
-        },
-        Figure {
-            name: "decode, batch 8 (aggregate)",
-            tokens_per_s: best(&decode[1]),
-            reference: LLAMA_CPP_DECODE_TOKENS_PER_S,
-        },
-    ];
-    print_table(&args, device, &figures);
+    let rates = Rates {
+        prefill_tokens_per_s: best(&prefill),
+        decode_tokens_per_s: best(&decode[0]),
+        decode_batch8_tokens_per_s: decode.get(1).map(|rates| best(rates)),
+    };
+    if args.json {
+        println!("{}", serde_json::to_string(&rates)?);
+    } else {
+        print_table(&args, device, &rates);
+    }
     Ok(())
 }
 
@@ -171,24 +173,26 @@ fn time_decode(llm: &mut Llm, args: &Args, batch: usize, run: u64) -> Result<f64
     Ok(tokens as f64 / start.elapsed().as_secs_f64())
 }
 
-fn print_table(args: &Args, device: DeviceChoice, figures: &[Figure]) {
+fn print_table(args: &Args, device: DeviceChoice, rates: &Rates) {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!(
         "aquila engine on {device} ({threads} CPU threads); prefill of {} tokens, decode of {} \
          tokens after {}-token prompts; best of {} runs",
         args.prefill_tokens, args.decode_tokens, args.decode_prompt_tokens, args.repeats
     );
+    println!("{:<30} {:>12}", "measurement", "tokens/s");
+    println!("{:<30} {:>12.1}", "prefill", rates.prefill_tokens_per_s);
     println!(
-        "{:<30} {:>12} {:>22} {:>8}",
-        "measurement", "tokens/s", "llama.cpp f32 2 thr", "ratio"
+        "{:<30} {:>12.1}",
+        "decode, batch 1", rates.decode_tokens_per_s
     );
-    for figure in figures {
+    if let Some(batch8) = rates.decode_batch8_tokens_per_s {
         println!(
-            "{:<30} {:>12.1} {:>22.1} {:>8.2}",
-            figure.name,
-            figure.tokens_per_s,
-            figure.reference,
-            figure.tokens_per_s / figure.reference
+            "{:<30} {:>12.1}   {:.2}x decode at batch 1 (same run)",
+            "decode, batch 8 (aggregate)",
+            batch8,
+            batch8 / rates.decode_tokens_per_s
         );
     }
+    println!("llama.cpp is measured in the same run by `cargo xtask bench peer`");
 }

@@ -1,4 +1,5 @@
-//! Speculative decoding at temperature 0 (on the CPU unless `--device` says otherwise): baseline tokens/s, then n-gram, EAGLE-1 and
+//! Speculative decoding at temperature 0 (on the CPU unless `--device` says otherwise; `--dtype
+//! q8_0` or `bf16` for packed target weights): baseline tokens/s, then n-gram, EAGLE-1 and
 //! (with a shipped or given head) EAGLE-3 drafting with a fixed k (tokens/s, mean acceptance
 //! length, speedup), and the cost of one verification step of k + 1 rows relative to a one-row
 //! decode step, which decides whether speculation can pay here. Then the adaptive draft length
@@ -11,7 +12,9 @@
 //! ```
 
 use anyhow::{bail, Context, Result};
-use aquila_engine::{DraftLength, EngineConfig, Llm, Prompt, SamplingParams, SpeculativeConfig};
+use aquila_engine::{
+    DraftLength, EngineConfig, Llm, Prompt, SamplingParams, SpeculativeConfig, WeightFormat,
+};
 use aquila_examples::device::{BackendTask, DeviceArgs, DeviceChoice};
 use aquila_examples::heads;
 use aquila_examples::paths::default_model_dir;
@@ -124,6 +127,7 @@ fn main() -> Result<()> {
 
     let (one_row, k_rows) = device.run(VerificationCost {
         model_dir: &model,
+        weights: device.weights,
         args: &args,
     })??;
     let mut drafters = vec![
@@ -351,6 +355,7 @@ fn run_config(
 /// Median time of a forward of 1 row and of k + 1 rows over a cached context.
 struct VerificationCost<'a> {
     model_dir: &'a Path,
+    weights: WeightFormat,
     args: &'a Args,
 }
 
@@ -359,7 +364,8 @@ impl BackendTask for VerificationCost<'_> {
 
     fn run<B: KernelBackend>(self, device: &B::Device) -> Self::Output {
         let args = self.args;
-        let model = LlamaModel::<B>::load(self.model_dir, device)?.no_grad();
+        let model =
+            LlamaModel::<B>::load_in_format(self.model_dir, self.weights, device)?.no_grad();
         let vocab = model.config().vocab_size as u32;
         let context: Vec<u32> = (0..args.context as u32)
             .map(|i| (i * 7919) % vocab)

@@ -13,7 +13,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use aquila_engine::{DType, Device};
+use aquila_engine::{DType, Device, WeightFormat};
 use aquila_examples::device::{BackendTask, DeviceArgs, DeviceChoice};
 use aquila_examples::heads::{write_untrained_eagle1, write_untrained_eagle3};
 use aquila_model_loader::backend::KernelBackend;
@@ -120,6 +120,7 @@ fn parity(dir: &Path, device: DeviceChoice) -> Result<()> {
     let cpu = DeviceChoice {
         device: Device::Cpu,
         dtype: DType::F32,
+        weights: WeightFormat::F32,
     };
     let expected = run(cpu)?;
     let actual = run(device)?;

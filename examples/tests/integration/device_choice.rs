@@ -2,7 +2,7 @@
 //! on a tiny model), and asking the eagle example for a device this build or machine lacks
 //! fails before any work with a message naming the fix.
 
-use aquila_engine::{DType, Device};
+use aquila_engine::{DType, Device, WeightFormat};
 use aquila_examples::device::{gpu_count, BackendTask, DeviceChoice};
 use aquila_model_loader::backend::KernelBackend;
 use aquila_model_loader::fixtures::llama::{write_tiny_llama, TinyLlamaOptions};
@@ -38,6 +38,7 @@ fn tasks_run_on_the_chosen_cpu_path() {
         let choice = DeviceChoice {
             device,
             dtype: DType::F32,
+            weights: WeightFormat::F32,
         };
         choice.run(Logits(dir.path())).unwrap()
     };

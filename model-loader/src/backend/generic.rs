@@ -12,10 +12,11 @@ use rayon::prelude::*;
 
 /// Each block's `x Wᵀ + b` (see [`super::KernelBackend::project`]).
 pub fn project<B: Backend>(x: Tensor<B, 2>, blocks: &[LinearBlock<B>]) -> Vec<Tensor<B, 2>> {
+    let device = x.device();
     blocks
         .iter()
         .map(|block| {
-            let y = x.clone().matmul(block.weight.val().transpose());
+            let y = x.clone().matmul(block.float_weight(&device).transpose());
             match &block.bias {
                 Some(bias) => y + bias.val().unsqueeze_dim(0),
                 None => y,

@@ -62,6 +62,11 @@ pub trait KernelBackend: Backend {
     /// kernel).
     const ATTENTION_MASK_TENSORS: bool = true;
 
+    /// Whether [`KernelBackend::project`] reads packed weights ([`crate::quant::PackedWeight`])
+    /// as they are; backends without kernels for them get the packed values widened to floats
+    /// at load ([`crate::model::WeightStorage`]).
+    const PACKED_WEIGHTS: bool = false;
+
     /// Asks the system to back the parameter buffers of `module` (a loaded model) with huge
     /// pages, where the backend's memory is the process's own (the CPU): decoding streams every
     /// weight once per step. Nothing by default.

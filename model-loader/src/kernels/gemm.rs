@@ -5,8 +5,13 @@
 //! one element at a time, which costs a quarter of a 128-row prefill. Asked instead for `Yᵀ`
 //! (column-major `[rows, out]`), it reads the weight as a column-major right-hand side, which
 //! it packs with vector copies; transposing the small `[out, rows]` result back is cheap.
+//!
+//! Packed weights (Q8_0, bfloat16) are widened to `f32` one projection at a time before the
+//! product: over many rows that costs little next to the product, and the buffer lives only as
+//! long as the projection's product.
 
-use super::gemv::ProjectionRef;
+use super::gemv::{ProjectionRef, WeightRef};
+use crate::quant::dequantize_rows as dequantize;
 use gemm::Parallelism;
 use rayon::prelude::*;
 
@@ -37,16 +42,24 @@ pub fn project_rows_gemm(
     projections
         .iter()
         .map(|p| {
-            assert_eq!(
-                p.weight.len() % d_in.max(1),
-                0,
-                "weight rows must be d_in wide"
-            );
-            let out = p.weight.len() / d_in.max(1);
+            let out = p.weight.rows(d_in);
+            let widened;
+            let weight: &[f32] = match p.weight {
+                WeightRef::F32(w) => w,
+                WeightRef::Q8_0(m) => {
+                    widened = dequantize(out, m.cols(), |r, row| m.dequantize_row(r, row));
+                    &widened
+                }
+                WeightRef::Bf16(m) => {
+                    widened = dequantize(out, m.cols(), |r, row| m.dequantize_row(r, row));
+                    &widened
+                }
+            };
+            assert_eq!(weight.len(), out * d_in, "weight rows must be d_in wide");
             if let Some(bias) = p.bias {
                 assert_eq!(bias.len(), out, "bias length must equal outputs");
             }
-            let transposed = product_transposed(x, rows, d_in, p.weight, out);
+            let transposed = product_transposed(x, rows, d_in, weight, out);
             transpose_with_bias(&transposed, out, rows, p.bias)
         })
         .collect()

@@ -7,6 +7,8 @@
 //! registers and L1 (four weight rows for up to four input rows, three for up to eight, so the
 //! accumulators stay within the 32 vector registers).
 
+use super::q8_0::QuantizedRows;
+use crate::quant::{Bf16Matrix, Q8_0Matrix};
 use rayon::prelude::*;
 
 /// Input rows up to which [`project_rows`], which streams each weight row once for all input
@@ -34,21 +36,62 @@ fn tile_width(height: usize) -> usize {
     }
 }
 
-/// Output tile of [`dot_tile`]: `dots[r][c]` for input row `r` and weight row `c`.
-type Dots = [[f32; MAX_TILE_WIDTH]; MAX_TILE_HEIGHT];
+/// Output tile of the tile kernels: `dots[r][c]` for input row `r` and weight row `c`.
+pub(super) type Dots = [[f32; MAX_TILE_WIDTH]; MAX_TILE_HEIGHT];
 
-/// One projection: a row-major `[out, in]` weight and an optional `[out]` bias.
+/// A `[out, in]` weight in one of the formats the kernels read.
+#[derive(Debug, Clone, Copy)]
+pub enum WeightRef<'a> {
+    /// Row-major `f32` values.
+    F32(&'a [f32]),
+    /// Q8_0 blocks (the input rows are quantized per block for them).
+    Q8_0(&'a Q8_0Matrix),
+    /// bfloat16 values.
+    Bf16(&'a Bf16Matrix),
+}
+
+impl WeightRef<'_> {
+    /// Output rows for inputs `d_in` wide.
+    pub fn rows(&self, d_in: usize) -> usize {
+        match self {
+            WeightRef::F32(w) => w.len() / d_in.max(1),
+            WeightRef::Q8_0(m) => m.rows(),
+            WeightRef::Bf16(m) => m.rows(),
+        }
+    }
+
+    /// Whether the rows are `d_in` wide.
+    fn has_width(&self, d_in: usize) -> bool {
+        match self {
+            WeightRef::F32(w) => w.len() % d_in.max(1) == 0,
+            WeightRef::Q8_0(m) => m.cols() == d_in,
+            WeightRef::Bf16(m) => m.cols() == d_in,
+        }
+    }
+
+    /// Bytes of one row `d_in` wide (the task size is counted in bytes read).
+    fn row_bytes(&self, d_in: usize) -> usize {
+        match self {
+            WeightRef::F32(_) => 4 * d_in,
+            WeightRef::Q8_0(_) => d_in + d_in / 16,
+            WeightRef::Bf16(_) => 2 * d_in,
+        }
+        .max(1)
+    }
+}
+
+/// One projection: a `[out, in]` weight and an optional `[out]` bias.
 #[derive(Debug, Clone, Copy)]
 pub struct ProjectionRef<'a> {
-    /// Row-major `[out, in]` weight.
-    pub weight: &'a [f32],
+    /// The weight.
+    pub weight: WeightRef<'a>,
     /// Optional `[out]` bias.
     pub bias: Option<&'a [f32]>,
 }
 
 impl ProjectionRef<'_> {
     fn outputs(&self, d_in: usize) -> usize {
-        self.weight.len() / d_in.max(1)
+        self.weight.rows(d_in)
     }
 }
 
@@ -61,12 +104,48 @@ unsafe impl Send for SharedOut {}
 // SAFETY: as above.
 unsafe impl Sync for SharedOut {}
 
+/// The input rows as each weight format's kernel reads them.
+struct Inputs<'a> {
+    x: &'a [f32],
+    /// The rows quantized per block, when a projection has Q8_0 weights.
+    quantized: Option<QuantizedRows>,
+}
+
+impl Inputs<'_> {
+    /// `dots` for weight rows `col..col + width` and input rows `row..row + height`.
+    fn dot_tile(
+        &self,
+        weight: WeightRef<'_>,
+        d_in: usize,
+        (col, width): (usize, usize),
+        (row, height): (usize, usize),
+        dots: &mut Dots,
+    ) {
+        match weight {
+            WeightRef::F32(w) => {
+                let weights = &w[col * d_in..(col + width) * d_in];
+                let xs = &self.x[row * d_in..(row + height) * d_in];
+                dot_tile(weights, width, xs, height, d_in, dots);
+            }
+            WeightRef::Q8_0(m) => {
+                let q = self
+                    .quantized
+                    .as_ref()
+                    .expect("inputs are quantized for Q8_0 weights");
+                super::q8_0::dot_tile(m, col, width, q, row, height, dots);
+            }
+            WeightRef::Bf16(m) => super::bf16::dot_tile(m, col, width, self.x, row, height, dots),
+        }
+    }
+}
+
 /// `x` (`[rows, d_in]`) times every projection of `projections`: output `b` is
-/// `[rows, out_b]` with `out_b[r, j] = x[r] · weight_b[j] + bias_b[j]`.
+/// `[rows, out_b]` with `out_b[r, j] = x[r] · weight_b[j] + bias_b[j]`. With Q8_0 weights,
+/// `x` is quantized per block of 32 first (see [`super::q8_0`]).
 ///
 /// # Panics
-/// If a weight is not a whole number of `d_in`-wide rows, a bias has the wrong length, or `x`
-/// is not `rows * d_in` long.
+/// If a weight's rows are not `d_in` wide, a bias has the wrong length, or `x` is not
+/// `rows * d_in` long.
 pub fn project_rows(
     x: &[f32],
     rows: usize,
@@ -75,11 +154,7 @@ pub fn project_rows(
 ) -> Vec<Vec<f32>> {
     assert_eq!(x.len(), rows * d_in, "project_rows: x is not [rows, d_in]");
     for p in projections {
-        assert_eq!(
-            p.weight.len() % d_in.max(1),
-            0,
-            "weight rows must be d_in wide"
-        );
+        assert!(p.weight.has_width(d_in), "weight rows must be d_in wide");
         if let Some(bias) = p.bias {
             assert_eq!(
                 bias.len(),
@@ -101,12 +176,21 @@ pub fn project_rows(
         }
         return outputs;
     }
-    let task_rows = (TASK_BYTES / (4 * d_in)).max(12).next_multiple_of(12);
+    let needs_quantized = projections
+        .iter()
+        .any(|p| matches!(p.weight, WeightRef::Q8_0(_)));
+    let inputs = Inputs {
+        x,
+        quantized: needs_quantized.then(|| QuantizedRows::new(x, rows, d_in)),
+    };
     let tasks: Vec<(usize, usize, usize)> = projections
         .iter()
         .enumerate()
         .flat_map(|(b, p)| {
             let n = p.outputs(d_in);
+            let task_rows = (TASK_BYTES / p.weight.row_bytes(d_in))
+                .max(12)
+                .next_multiple_of(12);
             (0..n)
                 .step_by(task_rows)
                 .map(move |start| (b, start, (start + task_rows).min(n)))
@@ -125,13 +209,11 @@ pub fn project_rows(
         let tile = tile_width(rows.min(MAX_TILE_HEIGHT));
         while col < end {
             let width = (end - col).min(tile);
-            let weights = &p.weight[col * d_in..(col + width) * d_in];
             let mut row = 0;
             while row < rows {
                 let height = (rows - row).min(MAX_TILE_HEIGHT);
-                let xs = &x[row * d_in..(row + height) * d_in];
                 let mut dots: Dots = [[0.0; MAX_TILE_WIDTH]; MAX_TILE_HEIGHT];
-                dot_tile(weights, width, xs, height, d_in, &mut dots);
+                inputs.dot_tile(p.weight, d_in, (col, width), (row, height), &mut dots);
                 for (r, dots) in dots.iter().enumerate().take(height) {
                     for (c, &dot) in dots.iter().enumerate().take(width) {
                         let bias = p.bias.map_or(0.0, |bias| bias[col + c]);
@@ -282,12 +364,15 @@ mod tests {
     use super::*;
 
     fn reference(x: &[f32], rows: usize, d_in: usize, p: &ProjectionRef<'_>) -> Vec<f32> {
-        let n = p.weight.len() / d_in;
+        let WeightRef::F32(weight) = p.weight else {
+            unreachable!("f32 fixtures")
+        };
+        let n = weight.len() / d_in;
         let mut out = vec![0.0; rows * n];
         for r in 0..rows {
             for j in 0..n {
                 let dot: f64 = (0..d_in)
-                    .map(|k| f64::from(x[r * d_in + k]) * f64::from(p.weight[j * d_in + k]))
+                    .map(|k| f64::from(x[r * d_in + k]) * f64::from(weight[j * d_in + k]))
                     .sum();
                 out[r * n + j] = dot as f32 + p.bias.map_or(0.0, |b| b[j]);
             }
@@ -321,11 +406,65 @@ mod tests {
     }
 
     #[test]
+    fn packed_weights_match_a_reference() {
+        use crate::quant::{Bf16Matrix, Q8_0Matrix};
+        for (rows, d_in, out) in [(1, 576, 70), (5, 96, 13), (16, 64, 40), (9, 32, 7)] {
+            let x = values(rows * d_in, 0.7);
+            let w = values(out * d_in, 2.0);
+            let bias = values(out, 5.0);
+            let q8 = Q8_0Matrix::quantize(&w, out, d_in).unwrap();
+            let bf16 = Bf16Matrix::from_f32(&w, out, d_in);
+            // Q8_0 multiplies the inputs quantized per block as the kernel does.
+            let mut x_q8 = vec![0.0; x.len()];
+            for (block, q) in x.chunks_exact(32).zip(x_q8.chunks_exact_mut(32)) {
+                let (d, ints) = crate::quant::q8_0_block(block);
+                q.iter_mut()
+                    .zip(ints)
+                    .for_each(|(q, i)| *q = d * f32::from(i));
+            }
+            let widen = |m: WeightRef<'_>| -> Vec<f32> {
+                let mut all = vec![0.0; out * d_in];
+                for (r, row) in all.chunks_exact_mut(d_in).enumerate() {
+                    match m {
+                        WeightRef::Q8_0(m) => m.dequantize_row(r, row),
+                        WeightRef::Bf16(m) => m.dequantize_row(r, row),
+                        WeightRef::F32(_) => unreachable!("packed cases only"),
+                    }
+                }
+                all
+            };
+            let cases = [
+                ("q8_0", WeightRef::Q8_0(&q8), x_q8),
+                ("bf16", WeightRef::Bf16(&bf16), x.clone()),
+            ];
+            for (label, weight, reference_x) in cases {
+                let widened = widen(weight);
+                let p = ProjectionRef {
+                    weight,
+                    bias: Some(&bias),
+                };
+                let got = project_rows(&x, rows, d_in, &[p]);
+                let dense = ProjectionRef {
+                    weight: WeightRef::F32(&widened),
+                    bias: Some(&bias),
+                };
+                let want = reference(&reference_x, rows, d_in, &dense);
+                for (g, w) in got[0].iter().zip(&want) {
+                    assert!(
+                        (g - w).abs() <= 1e-4 * (1.0 + w.abs()),
+                        "{label}: {g} vs {w}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
     fn empty_inputs_give_the_bias() {
         let weight = values(6, 1.0);
         let bias = [1.0, 2.0, 3.0];
         let p = ProjectionRef {
-            weight: &weight,
+            weight: WeightRef::F32(&weight),
             bias: Some(&bias),
         };
         assert_eq!(project_rows(&[], 0, 2, &[p]), vec![Vec::<f32>::new()]);
@@ -336,7 +475,7 @@ mod tests {
     fn a_short_input_is_refused() {
         let weight = values(6, 1.0);
         let p = ProjectionRef {
-            weight: &weight,
+            weight: WeightRef::F32(&weight),
             bias: None,
         };
         project_rows(&[1.0], 1, 2, &[p]);

@@ -34,10 +34,12 @@
 
 pub mod activation;
 pub mod attention;
+mod bf16;
 pub mod exp;
 pub mod gemm;
 pub mod gemv;
 pub mod norm;
+mod q8_0;
 pub mod rope;
 
 pub use activation::silu_mul;
@@ -143,7 +145,7 @@ pub(crate) mod test_util {
                 .zip(&self.biases)
                 .enumerate()
                 .map(|(i, (weight, bias))| super::gemv::ProjectionRef {
-                    weight,
+                    weight: super::gemv::WeightRef::F32(weight),
                     bias: has_bias(i).then_some(bias.as_slice()),
                 })
                 .collect()

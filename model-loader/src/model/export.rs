@@ -39,7 +39,11 @@ pub(crate) fn export_linear<B: Backend>(
     for block in blocks {
         let (rows, width) = block.dims();
         debug_assert_eq!(rows, d_in, "the blocks of a layer share their input");
-        weight.extend(tensor_values(block.weight.val()));
+        match (&block.weight, block.packed()) {
+            (Some(w), _) => weight.extend(tensor_values(w.val())),
+            (None, Some(packed)) => weight.extend(packed.dequantize()),
+            (None, None) => unreachable!("a block holds its weight in one form"),
+        }
         match &block.bias {
             Some(b) => {
                 has_bias = true;

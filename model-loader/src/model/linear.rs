@@ -5,10 +5,16 @@
 //! product of an input row with a contiguous weight row. The products run through
 //! [`KernelBackend::project`]: the CPU kernels on `Flex`, burn's matrix product on the
 //! transposed weight elsewhere.
+//!
+//! A block's weight may be held packed ([`PackedWeight`]: Q8_0 or bfloat16) instead of as an
+//! `f32` parameter; only backends whose kernels read packed weights
+//! ([`KernelBackend::PACKED_WEIGHTS`]) get packed blocks, the others the packed values widened
+//! to floats at load ([`WeightStorage`]).
 
 use super::export::export_linear;
 use crate::backend::KernelBackend;
 use crate::checkpoint::ExportedTensor;
+use crate::quant::{PackedWeight, WeightFormat};
 use burn::module::{Module, Param};
 use burn::nn::Initializer;
 use burn::tensor::backend::Backend;
@@ -16,20 +22,97 @@ use burn::tensor::{Tensor, TensorData};
 
 pub use crate::kernels::gemv::MAX_GEMV_ROWS;
 
-/// One projection: `y = x Wᵀ + b` with `W` stored `[out, in]`.
+/// One projection: `y = x Wᵀ + b` with `W` stored `[out, in]`, as an `f32` parameter or
+/// packed (exactly one of the two).
 #[derive(Module, Debug)]
 pub struct LinearBlock<B: Backend> {
-    /// `[out, in]`.
-    pub(crate) weight: Param<Tensor<B, 2>>,
+    /// `[out, in]`, when the weight is not packed.
+    pub(crate) weight: Option<Param<Tensor<B, 2>>>,
     /// `[out]`.
     pub(crate) bias: Option<Param<Tensor<B, 1>>>,
+    /// `[out, in]` in a packed format, read by the CPU kernels.
+    #[module(skip)]
+    pub(crate) packed: Option<PackedWeight>,
 }
 
 impl<B: Backend> LinearBlock<B> {
     /// Input and output widths.
     pub fn dims(&self) -> (usize, usize) {
-        let [d_out, d_in] = self.weight.dims();
+        let [d_out, d_in] = match (&self.weight, &self.packed) {
+            (Some(weight), _) => weight.dims(),
+            (None, Some(packed)) => packed.shape(),
+            (None, None) => unreachable!("a block holds its weight in one form"),
+        };
         (d_in, d_out)
+    }
+
+    /// The packed weight, if the block holds one.
+    pub fn packed(&self) -> Option<&PackedWeight> {
+        self.packed.as_ref()
+    }
+
+    /// The weight as a float tensor on `device` (a packed weight widened).
+    pub(crate) fn float_weight(&self, device: &B::Device) -> Tensor<B, 2> {
+        match (&self.weight, &self.packed) {
+            (Some(weight), _) => weight.val(),
+            (None, Some(packed)) => {
+                Tensor::from_data(TensorData::new(packed.dequantize(), packed.shape()), device)
+            }
+            (None, None) => unreachable!("a block holds its weight in one form"),
+        }
+    }
+
+    /// A block of `weight` (`[out, in]`, row-major `d_in` wide) and `bias` stored as `storage`
+    /// says.
+    fn new(
+        weight: Vec<f32>,
+        bias: Option<Vec<f32>>,
+        d_in: usize,
+        storage: WeightStorage,
+        device: &B::Device,
+    ) -> Self {
+        let out = weight.len() / d_in.max(1);
+        let bias =
+            bias.map(|b| Param::from_tensor(Tensor::from_data(TensorData::new(b, [out]), device)));
+        let packed = PackedWeight::pack(storage.format, &weight, out, d_in);
+        match packed {
+            Some(packed) if storage.packed => Self {
+                weight: None,
+                bias,
+                packed: Some(packed),
+            },
+            widened => {
+                let values = widened.map_or(weight, |p| p.dequantize());
+                Self {
+                    weight: Some(Param::from_tensor(Tensor::from_data(
+                        TensorData::new(values, [out, d_in]),
+                        device,
+                    ))),
+                    bias,
+                    packed: None,
+                }
+            }
+        }
+    }
+}
+
+/// How a loader stores the weights of linear layers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WeightStorage {
+    /// The format the values are rounded to.
+    pub format: WeightFormat,
+    /// Whether packed formats stay packed ([`KernelBackend::PACKED_WEIGHTS`]); otherwise
+    /// their values are widened back to `f32` parameters.
+    pub packed: bool,
+}
+
+impl WeightStorage {
+    /// Weights in `format`, packed when backend `B` reads packed weights.
+    pub fn for_backend<B: KernelBackend>(format: WeightFormat) -> Self {
+        Self {
+            format,
+            packed: B::PACKED_WEIGHTS,
+        }
     }
 }
 
@@ -62,25 +145,31 @@ impl<B: Backend> SplitLinear<B> {
             blocks: widths
                 .iter()
                 .map(|&out| LinearBlock {
-                    weight: initializer.init_with([out, d_in], Some(d_in), Some(out), device),
+                    weight: Some(initializer.init_with([out, d_in], Some(d_in), Some(out), device)),
                     bias: bias.then(|| initializer.init_with([out], Some(d_in), Some(out), device)),
+                    packed: None,
                 })
                 .collect(),
         }
     }
 
-    /// A layer from the values of its blocks, all `d_in` wide.
+    /// A layer from the values of its blocks, all `d_in` wide, in `f32`.
     pub fn from_blocks(blocks: Vec<BlockWeights>, d_in: usize, device: &B::Device) -> Self {
+        Self::from_blocks_stored(blocks, d_in, WeightStorage::default(), device)
+    }
+
+    /// A layer from the values of its blocks, all `d_in` wide, stored as `storage` says.
+    pub fn from_blocks_stored(
+        blocks: Vec<BlockWeights>,
+        d_in: usize,
+        storage: WeightStorage,
+        device: &B::Device,
+    ) -> Self {
         let blocks = blocks
             .into_iter()
-            .map(|block| LinearBlock {
-                weight: Param::from_tensor(Tensor::from_data(
-                    TensorData::new(block.weight, [block.out, d_in]),
-                    device,
-                )),
-                bias: block.bias.map(|b| {
-                    Param::from_tensor(Tensor::from_data(TensorData::new(b, [block.out]), device))
-                }),
+            .map(|block| {
+                debug_assert_eq!(block.weight.len(), block.out * d_in);
+                LinearBlock::new(block.weight, block.bias, d_in, storage, device)
             })
             .collect();
         Self { blocks }
@@ -91,10 +180,39 @@ impl<B: Backend> SplitLinear<B> {
     pub fn from_weight(weight: Tensor<B, 2>) -> Self {
         Self {
             blocks: vec![LinearBlock {
-                weight: Param::from_tensor(weight),
+                weight: Some(Param::from_tensor(weight)),
                 bias: None,
+                packed: None,
             }],
         }
+    }
+
+    /// A one-block layer without bias holding `weight` packed.
+    pub fn from_packed(weight: PackedWeight) -> Self {
+        Self {
+            blocks: vec![LinearBlock {
+                weight: None,
+                bias: None,
+                packed: Some(weight),
+            }],
+        }
+    }
+
+    /// The packed weight of a one-block layer that holds one.
+    pub fn packed_weight(&self) -> Option<&PackedWeight> {
+        match self.blocks.as_slice() {
+            [block] => block.packed(),
+            _ => None,
+        }
+    }
+
+    /// Bytes of the layer's packed weights.
+    pub fn packed_bytes(&self) -> usize {
+        self.blocks
+            .iter()
+            .filter_map(LinearBlock::packed)
+            .map(PackedWeight::bytes)
+            .sum()
     }
 
     /// Number of blocks.

@@ -3,6 +3,7 @@
 
 use super::decoder_layer::{DecoderLayer, DecoderLayerSpec};
 use super::rms_norm::{load_rms_norm, rms_norm, RmsNorm};
+use super::WeightStorage;
 use super::{
     AttentionContext, FeatureTap, ForwardBatch, ForwardOutput, KvCache, ModelError, Rope,
     SplitLinear, WeightLoader,
@@ -10,6 +11,7 @@ use super::{
 use crate::backend::KernelBackend;
 use crate::checkpoint::Checkpoint;
 use crate::config::LlamaConfig;
+use crate::quant::{PackedWeight, WeightFormat};
 use crate::LoadError;
 use burn::module::{Module, Param};
 use burn::nn::Embedding;
@@ -27,7 +29,9 @@ pub const FINAL_NORM: &str = "model.norm.weight";
 /// A Llama-family decoder-only language model.
 #[derive(Module, Debug)]
 pub struct LlamaModel<B: Backend> {
-    embed_tokens: Embedding<B>,
+    /// The token embedding table; `None` when a tied lm_head holds it packed (rows are
+    /// widened from there).
+    embed_tokens: Option<Embedding<B>>,
     layers: Vec<DecoderLayer<B>>,
     norm: RmsNorm<B>,
     /// `[vocab, hidden]`; a tied model shares the embedding table's storage here.
@@ -36,14 +40,29 @@ pub struct LlamaModel<B: Backend> {
     config: LlamaConfig,
     #[module(skip)]
     rope: Rope,
+    /// Bytes of the packed weights.
+    #[module(skip)]
+    packed_bytes: usize,
+    /// Whether the lm_head's weight is the float embedding table itself.
+    #[module(skip)]
+    table_is_lm_head: bool,
 }
 
 impl<B: Backend> LlamaModel<B> {
     /// Loads `config.json` and the safetensors checkpoint of a Hugging Face model directory.
     pub fn load(dir: &Path, device: &B::Device) -> Result<Self, LoadError> {
+        Self::load_stored(dir, WeightStorage::default(), device)
+    }
+
+    /// [`LlamaModel::load`] with the projections and the lm_head stored as `storage` says.
+    pub fn load_stored(
+        dir: &Path,
+        storage: WeightStorage,
+        device: &B::Device,
+    ) -> Result<Self, LoadError> {
         let config = LlamaConfig::from_file(&dir.join("config.json"))?;
         let checkpoint = Checkpoint::open(dir)?;
-        Self::from_checkpoint(config, &checkpoint, device)
+        Self::from_checkpoint_stored(config, &checkpoint, storage, device)
     }
 
     /// Builds the model from a checkpoint in Hugging Face layout. Every tensor must be present
@@ -54,7 +73,18 @@ impl<B: Backend> LlamaModel<B> {
         checkpoint: &Checkpoint,
         device: &B::Device,
     ) -> Result<Self, LoadError> {
-        let mut loader = WeightLoader::new(checkpoint, device);
+        Self::from_checkpoint_stored(config, checkpoint, WeightStorage::default(), device)
+    }
+
+    /// [`LlamaModel::from_checkpoint`] with the projections and the lm_head (a tied one with
+    /// the embedding table it shares) stored as `storage` says.
+    pub fn from_checkpoint_stored(
+        config: LlamaConfig,
+        checkpoint: &Checkpoint,
+        storage: WeightStorage,
+        device: &B::Device,
+    ) -> Result<Self, LoadError> {
+        let mut loader = WeightLoader::new(checkpoint, device).with_storage(storage);
         loader
             .reader()
             .skip_where(|name| name.ends_with("rotary_emb.inv_freq"));
@@ -65,23 +95,41 @@ impl<B: Backend> LlamaModel<B> {
 
     fn load_weights(loader: &mut WeightLoader<'_, B>, config: LlamaConfig) -> Option<Self> {
         let (vocab, hidden) = (config.vocab_size, config.hidden_size);
-        let embed = loader.reader().f32(EMBED_TOKENS, &[vocab, hidden]);
+        let separate_head = loader.reader().contains(LM_HEAD) || !config.tie_word_embeddings;
+        // The table is converted before the layers are read, so that its f32 copy is gone by
+        // then.
+        let embed = loader
+            .reader()
+            .f32(EMBED_TOKENS, &[vocab, hidden])
+            .map(|table| {
+                if separate_head {
+                    TokenTable::Float(loader.tensor(table, [vocab, hidden]))
+                } else {
+                    TokenTable::tied(loader, table, [vocab, hidden])
+                }
+            });
         let spec = DecoderLayerSpec::from_config(&config);
         let layers: Vec<Option<DecoderLayer<B>>> = (0..config.num_hidden_layers)
             .map(|i| DecoderLayer::load(loader, &format!("model.layers.{i}"), &spec))
             .collect();
         let norm = load_rms_norm(loader, FINAL_NORM, hidden, config.rms_norm_eps);
-        let separate_head = loader.reader().contains(LM_HEAD) || !config.tie_word_embeddings;
         let lm_head = separate_head.then(|| loader.linear("lm_head", hidden, vocab, false));
-        let table = loader.tensor(embed?, [vocab, hidden]);
-        let lm_head = match lm_head {
-            Some(head) => head?,
-            None => SplitLinear::from_weight(table.clone()),
+        let table_is_lm_head = lm_head.is_none();
+        let (embed_tokens, lm_head) = match (embed?, lm_head) {
+            (TokenTable::Float(table), Some(head)) => (Some(table), head?),
+            (TokenTable::Float(table), None) => {
+                (Some(table.clone()), SplitLinear::from_weight(table))
+            }
+            (TokenTable::Packed(packed), _) => (None, SplitLinear::from_packed(packed)),
         };
-        let embed_tokens = Embedding {
+        let embed_tokens = embed_tokens.map(|table| Embedding {
             weight: Param::from_tensor(table),
-        };
+        });
+        let packed_bytes =
+            loader.packed_bytes() + lm_head.packed_weight().map_or(0, PackedWeight::bytes);
         Some(Self {
+            packed_bytes,
+            table_is_lm_head,
             embed_tokens,
             layers: layers.into_iter().collect::<Option<_>>()?,
             norm: norm?,
@@ -113,7 +161,18 @@ impl<B: Backend> LlamaModel<B> {
 
     /// The device holding the weights.
     pub fn device(&self) -> B::Device {
-        self.embed_tokens.weight.device()
+        self.norm.gamma.device()
+    }
+
+    /// Bytes of the weights as held: `f32` parameters, plus packed weights at their packed
+    /// size (a tied table counted once).
+    pub fn weight_bytes(&self) -> usize {
+        let floats = self.num_params();
+        let shared = match &self.embed_tokens {
+            Some(table) if self.table_is_lm_head => table.weight.num_params(),
+            _ => 0,
+        };
+        4 * (floats - shared) + self.packed_bytes
     }
 
     /// Embeddings of `tokens`, `[n, hidden]`.
@@ -132,10 +191,25 @@ impl<B: Backend> LlamaModel<B> {
         if let Some(&token) = tokens.iter().find(|&&t| t as usize >= vocab_size) {
             return Err(ModelError::UnknownToken { token, vocab_size });
         }
+        let Some(table) = &self.embed_tokens else {
+            let packed = self
+                .lm_head
+                .packed_weight()
+                .expect("a model without a table has a packed tied lm_head");
+            let hidden = self.config.hidden_size;
+            let mut rows = vec![0.0f32; tokens.len() * hidden];
+            for (row, &token) in rows.chunks_exact_mut(hidden).zip(tokens) {
+                packed.dequantize_row(token as usize, row);
+            }
+            return Ok(Tensor::from_data(
+                TensorData::new(rows, [tokens.len(), hidden]),
+                &self.device(),
+            ));
+        };
         let ids: Vec<i64> = tokens.iter().map(|&t| i64::from(t)).collect();
         let ids =
             Tensor::<B, 1, Int>::from_data(TensorData::new(ids, [tokens.len()]), &self.device());
-        Ok(self.embed_tokens.weight.val().select(0, ids))
+        Ok(table.weight.val().select(0, ids))
     }
 
     /// The final norm (applied before the lm_head).
@@ -145,6 +219,17 @@ impl<B: Backend> LlamaModel<B> {
 }
 
 impl<B: KernelBackend> LlamaModel<B> {
+    /// [`LlamaModel::load`] with the projections and the lm_head in `format`: packed on
+    /// backends whose kernels read packed weights, widened back to floats elsewhere (see
+    /// [`WeightStorage::for_backend`]).
+    pub fn load_in_format(
+        dir: &Path,
+        format: WeightFormat,
+        device: &B::Device,
+    ) -> Result<Self, LoadError> {
+        Self::load_stored(dir, WeightStorage::for_backend::<B>(format), device)
+    }
+
     /// Runs the new tokens of every sequence of `batch` through the model, appending them to
     /// their slots of `cache`. Returns logits of the requested rows and the features `tap`
     /// asks for, both in batch order. The batch is validated first; on error nothing changes.
@@ -213,6 +298,26 @@ impl<B: KernelBackend> LlamaModel<B> {
     /// Logits `[n, vocab]` of already-normed hidden rows `[n, hidden]`.
     pub fn lm_head(&self, hidden: Tensor<B, 2>) -> Tensor<B, 2> {
         self.lm_head.forward(hidden)
+    }
+}
+
+/// The token embedding table as loaded: a float tensor, or (tied to the lm_head) packed.
+enum TokenTable<B: Backend> {
+    Float(Tensor<B, 2>),
+    Packed(PackedWeight),
+}
+
+impl<B: Backend> TokenTable<B> {
+    /// The table of a tied lm_head stored as the loader stores linear weights: packed, or
+    /// rounded to the format and widened back, so that embeddings and logits use the same
+    /// values.
+    fn tied(loader: &WeightLoader<'_, B>, table: Vec<f32>, shape: [usize; 2]) -> Self {
+        let storage = loader.storage();
+        match PackedWeight::pack(storage.format, &table, shape[0], shape[1]) {
+            Some(packed) if storage.packed => TokenTable::Packed(packed),
+            Some(packed) => TokenTable::Float(loader.tensor(packed.dequantize(), shape)),
+            None => TokenTable::Float(loader.tensor(table, shape)),
+        }
     }
 }
 

@@ -54,7 +54,7 @@ pub use error::ModelError;
 pub use export::export_tensor;
 pub use feature_tap::FeatureTap;
 pub use kv_cache::KvCache;
-pub use linear::{BlockWeights, LinearBlock, SplitLinear, MAX_GEMV_ROWS};
+pub use linear::{BlockWeights, LinearBlock, SplitLinear, WeightStorage, MAX_GEMV_ROWS};
 pub use llama::{LlamaModel, EMBED_TOKENS, FINAL_NORM, LM_HEAD};
 pub use materialize::materialize;
 pub use mlp::{Mlp, MlpSpec};

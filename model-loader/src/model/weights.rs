@@ -2,7 +2,7 @@
 //! (linear weights stay `[out, in]`), fusing projections that share an input. Problems are recorded by the underlying [`StrictReader`] and reported by
 //! [`WeightLoader::finish`].
 
-use super::linear::BlockWeights;
+use super::linear::{BlockWeights, WeightStorage};
 use super::SplitLinear;
 use crate::checkpoint::{Checkpoint, CheckpointError, StrictReader};
 use burn::tensor::backend::Backend;
@@ -22,6 +22,8 @@ pub struct Projection<'p> {
 pub struct WeightLoader<'a, B: Backend> {
     reader: StrictReader<'a>,
     device: B::Device,
+    storage: WeightStorage,
+    packed_bytes: usize,
 }
 
 impl<'a, B: Backend> WeightLoader<'a, B> {
@@ -30,7 +32,25 @@ impl<'a, B: Backend> WeightLoader<'a, B> {
         Self {
             reader: checkpoint.strict(),
             device: device.clone(),
+            storage: WeightStorage::default(),
+            packed_bytes: 0,
         }
+    }
+
+    /// The loader storing the weights of linear layers as `storage` says (`f32` by default).
+    pub fn with_storage(mut self, storage: WeightStorage) -> Self {
+        self.storage = storage;
+        self
+    }
+
+    /// Bytes of the packed weights of the layers built so far.
+    pub fn packed_bytes(&self) -> usize {
+        self.packed_bytes
+    }
+
+    /// How linear weights are stored.
+    pub fn storage(&self) -> WeightStorage {
+        self.storage
     }
 
     /// The underlying reader (for raw tensors such as `d2t`/`t2d`, or to skip buffers).
@@ -74,7 +94,7 @@ impl<'a, B: Backend> WeightLoader<'a, B> {
         bias: bool,
     ) -> Option<SplitLinear<B>> {
         let block = self.read_block(prefix, d_in, d_out, bias)?;
-        Some(SplitLinear::from_blocks(vec![block], d_in, &self.device))
+        Some(self.build(vec![block], d_in))
     }
 
     /// One linear layer computing several projections of the same input, one block per
@@ -91,7 +111,14 @@ impl<'a, B: Backend> WeightLoader<'a, B> {
             .map(|p| self.read_block(p.prefix, d_in, p.out, bias))
             .collect();
         let blocks = blocks.into_iter().collect::<Option<Vec<_>>>()?;
-        Some(SplitLinear::from_blocks(blocks, d_in, &self.device))
+        Some(self.build(blocks, d_in))
+    }
+
+    /// A layer of `blocks` stored as the loader stores linear weights.
+    fn build(&mut self, blocks: Vec<BlockWeights>, d_in: usize) -> SplitLinear<B> {
+        let layer = SplitLinear::from_blocks_stored(blocks, d_in, self.storage, &self.device);
+        self.packed_bytes += layer.packed_bytes();
+        layer
     }
 
     /// Reads `{prefix}.weight` (`[d_out, d_in]`) and, with `bias`, `{prefix}.bias`.

@@ -24,6 +24,7 @@ mod model_kv_cache;
 mod model_reference;
 mod oracle_import;
 mod oracle_parity;
+mod oracle_quantized;
 mod props_checkpoint;
 mod props_config;
 mod props_gguf;

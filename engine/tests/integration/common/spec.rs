@@ -5,6 +5,7 @@ use std::path::Path;
 
 use aquila_engine::{
     Device, EngineConfig, Llm, Prompt, RequestOutput, SamplingParams, SpeculativeConfig,
+    WeightFormat,
 };
 use aquila_model_loader::config::LlamaConfig;
 use aquila_model_loader::fixtures::eagle::{
@@ -82,10 +83,17 @@ const SMOLLM2_PROMPTS: [&str; 2] = [
 /// Checks on the real SmolLM2 model in `model`, run on `device`, that greedy output with an
 /// EAGLE-1 head of random weights drafting `k` tokens, for every `k` of `ks`, equals greedy
 /// plain output, batched and one request at a time, and that drafts were verified.
-pub fn assert_smollm2_lossless(model: &Path, device: Device, ks: &[usize], max_tokens: usize) {
+pub fn assert_smollm2_lossless(
+    model: &Path,
+    device: Device,
+    weights: WeightFormat,
+    ks: &[usize],
+    max_tokens: usize,
+) {
     let config = || {
         let mut config = EngineConfig::new(model);
         config.device = device;
+        config.weights = weights;
         config.max_num_seqs = 2;
         config.max_num_batched_tokens = 256;
         config.max_model_len = Some(256);
@@ -109,14 +117,14 @@ pub fn assert_smollm2_lossless(model: &Path, device: Device, ks: &[usize], max_t
         let drafted: usize = outputs.iter().map(|o| o.metrics.num_draft_tokens).sum();
         assert!(
             drafted > 0,
-            "{device:?}, k = {k}: no draft token was verified"
+            "{device:?}, {weights}, k = {k}: no draft token was verified"
         );
         let batched: Vec<Vec<u32>> = outputs.into_iter().map(|o| o.token_ids).collect();
-        assert_eq!(batched, baseline, "{device:?}, batched, k = {k}");
+        assert_eq!(batched, baseline, "{device:?}, {weights}, batched, k = {k}");
         assert_eq!(
             run_single(&mut llm, &prompts, &greedy),
             baseline,
-            "{device:?}, one at a time, k = {k}"
+            "{device:?}, {weights}, one at a time, k = {k}"
         );
     }
 }

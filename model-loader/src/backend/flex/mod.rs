@@ -11,10 +11,11 @@ pub use storage::{f32_storage, update_in_place_or, values};
 use super::{generic, KernelBackend};
 use crate::kernels::activation::silu_mul;
 use crate::kernels::gemm::project_rows_gemm;
-use crate::kernels::gemv::{project_rows, ProjectionRef, MAX_GEMV_ROWS};
+use crate::kernels::gemv::{project_rows, ProjectionRef, WeightRef, MAX_GEMV_ROWS};
 use crate::kernels::norm;
 use crate::kernels::rope::apply_rope;
 use crate::model::{AttentionContext, KvCache, LinearBlock, RmsNorm, RopeTables};
+use crate::quant::PackedWeight;
 use burn::backend::Flex;
 use burn::tensor::Tensor;
 use storage::tensor_of;
@@ -22,6 +23,9 @@ use storage::tensor_of;
 impl KernelBackend for Flex {
     /// The attention kernel reads each span's visibility.
     const ATTENTION_MASK_TENSORS: bool = false;
+
+    /// The kernels read Q8_0 and bfloat16 weights directly.
+    const PACKED_WEIGHTS: bool = true;
 
     /// Advises the weight buffers to the kernel's transparent huge pages.
     fn back_with_huge_pages<M: burn::module::Module<Self>>(module: &M) {
@@ -87,6 +91,12 @@ impl KernelBackend for Flex {
     }
 }
 
+/// A block's weight as the kernels read it.
+enum KernelWeight<'a> {
+    F32(burn_flex::FlexTensor),
+    Packed(&'a PackedWeight),
+}
+
 /// [`KernelBackend::project`] on the kernels, or `None` when a tensor is not contiguous
 /// `f32`.
 fn project_on_kernels(
@@ -98,7 +108,11 @@ fn project_on_kernels(
     let storages = blocks
         .iter()
         .map(|block| {
-            let weight = f32_storage(&block.weight.val())?;
+            let weight = match (&block.weight, block.packed()) {
+                (Some(weight), _) => KernelWeight::F32(f32_storage(&weight.val())?),
+                (None, Some(packed)) => KernelWeight::Packed(packed),
+                (None, None) => unreachable!("a block holds its weight in one form"),
+            };
             let bias = match &block.bias {
                 Some(bias) => Some(f32_storage(&bias.val())?),
                 None => None,
@@ -109,7 +123,11 @@ fn project_on_kernels(
     let projections: Vec<ProjectionRef<'_>> = storages
         .iter()
         .map(|(weight, bias)| ProjectionRef {
-            weight: values(weight),
+            weight: match weight {
+                KernelWeight::F32(storage) => WeightRef::F32(values(storage)),
+                KernelWeight::Packed(PackedWeight::Q8_0(m)) => WeightRef::Q8_0(m),
+                KernelWeight::Packed(PackedWeight::Bf16(m)) => WeightRef::Bf16(m),
+            },
             bias: bias.as_ref().map(values),
         })
         .collect();

@@ -1,0 +1,293 @@
+//! Products of a few rows with Q8_0 weights ([`Q8_0Matrix`]), for [`super::gemv`]: the input
+//! rows are quantized once per call, per block of 32 as the weights are ([`QuantizedRows`]),
+//! and each block's product is an integer dot product scaled by both blocks' scales.
+//!
+//! On AVX-512 with VNNI, `vpdpbusd` multiplies 64 unsigned weight bytes (`q + 128`) with 64
+//! signed input bytes per instruction; the `128 · Σ x` that the offset adds is subtracted by
+//! starting each block's accumulator at `-128 · Σ x`, computed once per input row.
+
+use crate::quant::{Q8_0Matrix, Q8_0_BLOCK};
+
+/// Input values one 512-bit vector covers: two blocks.
+const PAIR: usize = 2 * Q8_0_BLOCK;
+
+/// Lanes per block in a 16-lane vector of per-block values.
+const LANES_PER_BLOCK: usize = 8;
+
+/// Input rows quantized to Q8_0 blocks, laid out per pair of blocks for the kernels: per row
+/// and pair, 64 signed bytes (zero past the row's end), and 16 lanes each of the blocks'
+/// scales and of `-128 · Σ q` spread over their 8 lanes (lanes 0-7 the first block, 8-15 the
+/// second).
+#[derive(Debug, Clone)]
+pub struct QuantizedRows {
+    pairs: usize,
+    quants: Vec<i8>,
+    offsets: Vec<i32>,
+    scales: Vec<f32>,
+}
+
+impl QuantizedRows {
+    /// `x` (`[rows, d_in]`, `d_in` a multiple of 32) quantized per block.
+    ///
+    /// # Panics
+    /// If `d_in` is not a multiple of [`Q8_0_BLOCK`] or `x` is not `rows * d_in` long.
+    pub fn new(x: &[f32], rows: usize, d_in: usize) -> Self {
+        assert!(
+            d_in.is_multiple_of(Q8_0_BLOCK) && x.len() == rows * d_in,
+            "QuantizedRows: bad shape"
+        );
+        let pairs = d_in.div_ceil(PAIR);
+        let mut quants = vec![0i8; rows * pairs * PAIR];
+        let mut offsets = vec![0i32; rows * pairs * 16];
+        let mut scales = vec![0.0f32; rows * pairs * 16];
+        for (r, row) in x.chunks_exact(d_in.max(1)).enumerate().take(rows) {
+            for (b, block) in row.chunks_exact(Q8_0_BLOCK).enumerate() {
+                let (d, q) = crate::quant::q8_0_block(block);
+                let start = r * pairs * PAIR + b * Q8_0_BLOCK;
+                quants[start..start + Q8_0_BLOCK].copy_from_slice(&q);
+                let sum: i32 = q.iter().map(|&v| i32::from(v)).sum();
+                let lanes = r * pairs * 16 + b * LANES_PER_BLOCK;
+                offsets[lanes..lanes + LANES_PER_BLOCK].fill(-16 * sum);
+                scales[lanes..lanes + LANES_PER_BLOCK].fill(d);
+            }
+        }
+        Self {
+            pairs,
+            quants,
+            offsets,
+            scales,
+        }
+    }
+
+    fn row_quants(&self, row: usize) -> &[i8] {
+        &self.quants[row * self.pairs * PAIR..(row + 1) * self.pairs * PAIR]
+    }
+
+    fn block_scale(&self, row: usize, block: usize) -> f32 {
+        self.scales[row * self.pairs * 16 + block * LANES_PER_BLOCK]
+    }
+}
+
+/// `dots[r][c]` = input row `row0 + r` of `x` · weight row `col0 + c` of `w`, for `height`
+/// input rows and `width` weight rows (at most 8 and 4).
+pub(super) fn dot_tile(
+    w: &Q8_0Matrix,
+    col0: usize,
+    width: usize,
+    x: &QuantizedRows,
+    row0: usize,
+    height: usize,
+    dots: &mut super::gemv::Dots,
+) {
+    assert!(height <= 8 && width <= 4 && col0 + width <= w.rows());
+    assert!(
+        x.pairs == w.cols().div_ceil(PAIR) && (row0 + height) * x.pairs * PAIR <= x.quants.len()
+    );
+    #[cfg(target_arch = "x86_64")]
+    if has_vnni() {
+        macro_rules! dispatch {
+            ($($w:literal),*; $hs:tt) => {
+                match width {
+                    $($w => dispatch!(@h $w $hs),)*
+                    _ => unreachable!("tile width is 1..=4"),
+                }
+            };
+            (@h $w:literal [$($h:literal),*]) => {
+                match height {
+                    // SAFETY: AVX-512 F/BW/VL/VNNI and F16C are available (checked above);
+                    // the asserts above bound every row the kernel reads.
+                    $($h => unsafe { avx512::dot_tile::<$w, $h>(w, col0, x, row0, dots) },)*
+                    _ => unreachable!("tile height is 1..=8"),
+                }
+            };
+        }
+        dispatch!(1, 2, 3, 4; [1, 2, 3, 4, 5, 6, 7, 8]);
+        return;
+    }
+    let blocks = w.cols() / Q8_0_BLOCK;
+    for (r, dots) in dots.iter_mut().enumerate().take(height) {
+        let xq = x.row_quants(row0 + r);
+        for (c, dot) in dots.iter_mut().enumerate().take(width) {
+            let (wq, ws) = (w.row_quants(col0 + c), w.row_scales(col0 + c));
+            let mut acc = 0.0f32;
+            for (b, w_scale) in ws.iter().enumerate().take(blocks) {
+                let range = b * Q8_0_BLOCK..(b + 1) * Q8_0_BLOCK;
+                let int: i32 = wq[range.clone()]
+                    .iter()
+                    .zip(&xq[range])
+                    .map(|(&w, &x)| i32::from((w ^ 0x80) as i8) * i32::from(x))
+                    .sum();
+                acc += int as f32 * (w_scale.to_f32() * x.block_scale(row0 + r, b));
+            }
+            *dot = acc;
+        }
+    }
+}
+
+/// Whether the CPU has what the VNNI kernel uses (checked once).
+#[cfg(target_arch = "x86_64")]
+pub(super) fn has_vnni() -> bool {
+    use std::sync::OnceLock;
+    static HAS: OnceLock<bool> = OnceLock::new();
+    *HAS.get_or_init(|| {
+        super::has_avx512()
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512vl")
+            && is_x86_feature_detected!("avx512vnni")
+            && is_x86_feature_detected!("f16c")
+    })
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::{QuantizedRows, PAIR};
+    use crate::quant::{Q8_0Matrix, Q8_0_BLOCK};
+    use std::arch::x86_64::*;
+
+    /// Block pairs whose scales one 8-value `f16` load covers.
+    const PAIRS_PER_SCALE_LOAD: usize = 4;
+
+    /// `dots[r][c]` for `H` input rows from `row0` and `W` weight rows from `col0`.
+    ///
+    /// # Safety
+    /// AVX-512 F, BW, VL and VNNI and F16C must be available; `col0 + W` weight rows and
+    /// `row0 + H` input rows must exist, with as many pairs of blocks as the weights.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,f16c")]
+    pub(super) unsafe fn dot_tile<const W: usize, const H: usize>(
+        w: &Q8_0Matrix,
+        col0: usize,
+        x: &QuantizedRows,
+        row0: usize,
+        dots: &mut crate::kernels::gemv::Dots,
+    ) {
+        let cols = w.cols();
+        let blocks = cols / Q8_0_BLOCK;
+        let pairs = x.pairs;
+        assert!(col0 + W <= w.rows() && (row0 + H) * pairs * 16 <= x.scales.len());
+        let wq: [*const u8; W] = std::array::from_fn(|c| w.row_quants(col0 + c).as_ptr());
+        let ws: [*const u16; W] =
+            std::array::from_fn(|c| w.row_scales(col0 + c).as_ptr().cast::<u16>());
+        let xq = x.quants.as_ptr().wrapping_add(row0 * pairs * PAIR);
+        let xo = x.offsets.as_ptr().wrapping_add(row0 * pairs * 16);
+        let xs = x.scales.as_ptr().wrapping_add(row0 * pairs * 16);
+        let mut acc = [[_mm512_setzero_ps(); W]; H];
+        let mut scales = [_mm512_setzero_ps(); W];
+        for p in 0..pairs {
+            let first_block = 2 * p;
+            let j = p % PAIRS_PER_SCALE_LOAD;
+            if j == 0 {
+                let left = (blocks - first_block).min(2 * PAIRS_PER_SCALE_LOAD);
+                let mask: __mmask8 = ((1u16 << left) - 1) as __mmask8;
+                for (c, s) in scales.iter_mut().enumerate() {
+                    // SAFETY: the mask limits the load to the row's remaining block scales.
+                    let half =
+                        unsafe { _mm_maskz_loadu_epi16(mask, ws[c].add(first_block).cast()) };
+                    *s = _mm512_castps256_ps512(_mm256_cvtph_ps(half));
+                }
+            }
+            let lo = (2 * j) as i32;
+            let index = _mm512_set_epi32(
+                lo + 1,
+                lo + 1,
+                lo + 1,
+                lo + 1,
+                lo + 1,
+                lo + 1,
+                lo + 1,
+                lo + 1,
+                lo,
+                lo,
+                lo,
+                lo,
+                lo,
+                lo,
+                lo,
+                lo,
+            );
+            // One block left over: load its 32 bytes only.
+            let byte_mask: __mmask64 = if first_block + 1 < blocks {
+                u64::MAX
+            } else {
+                u32::MAX as u64
+            };
+            let mut wv = [_mm512_setzero_si512(); W];
+            let mut wd = [_mm512_setzero_ps(); W];
+            for (c, (v, d)) in wv.iter_mut().zip(wd.iter_mut()).enumerate() {
+                // SAFETY: the mask limits the load to the row's remaining values.
+                *v = unsafe { _mm512_maskz_loadu_epi8(byte_mask, wq[c].add(p * PAIR).cast()) };
+                _mm_prefetch::<_MM_HINT_T0>(wq[c].wrapping_add(p * PAIR + 4 * cols).cast());
+                *d = _mm512_permutexvar_ps(index, scales[c]);
+            }
+            for (r, acc) in acc.iter_mut().enumerate() {
+                // SAFETY: input rows hold `pairs` whole pairs (zero-padded).
+                let (xv, offset, scale) = unsafe {
+                    (
+                        _mm512_loadu_si512(xq.add(r * pairs * PAIR + p * PAIR).cast()),
+                        _mm512_loadu_si512(xo.add((r * pairs + p) * 16).cast()),
+                        _mm512_loadu_ps(xs.add((r * pairs + p) * 16)),
+                    )
+                };
+                for ((a, v), d) in acc.iter_mut().zip(&wv).zip(&wd) {
+                    let int = _mm512_dpbusd_epi32(offset, *v, xv);
+                    let both = _mm512_mul_ps(scale, *d);
+                    *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(int), both, *a);
+                }
+            }
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            for (c, a) in acc.iter().enumerate() {
+                dots[r][c] = _mm512_reduce_add_ps(*a);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::test_util::Lcg;
+
+    /// Σ over blocks of d_w · d_x · Σ q_w q_x in f64.
+    fn reference(w: &Q8_0Matrix, c: usize, x: &[f32]) -> f64 {
+        let mut row = vec![0.0; w.cols()];
+        w.dequantize_row(c, &mut row);
+        x.chunks_exact(Q8_0_BLOCK)
+            .zip(row.chunks_exact(Q8_0_BLOCK))
+            .map(|(xb, wb)| {
+                let (d, q) = crate::quant::q8_0_block(xb);
+                wb.iter()
+                    .zip(q)
+                    .map(|(&w, q)| f64::from(w) * f64::from(q) * f64::from(d))
+                    .sum::<f64>()
+            })
+            .sum()
+    }
+
+    #[test]
+    fn tiles_match_a_reference() {
+        let mut rng = Lcg::new(7);
+        // Even and odd block counts.
+        for cols in [64, 96, 576, 32] {
+            let weights = rng.vec(5 * cols, -1.0, 1.0);
+            let w = Q8_0Matrix::quantize(&weights, 5, cols).unwrap();
+            let x = rng.vec(9 * cols, -2.0, 2.0);
+            let q = QuantizedRows::new(&x, 9, cols);
+            for (width, height) in [(1, 1), (4, 4), (3, 8), (2, 5), (4, 1)] {
+                for (col0, row0) in [(0, 0), (5 - width, 9 - height)] {
+                    let mut dots = [[0.0; 4]; 8];
+                    dot_tile(&w, col0, width, &q, row0, height, &mut dots);
+                    for r in 0..height {
+                        for c in 0..width {
+                            let want = reference(&w, col0 + c, &x[(row0 + r) * cols..][..cols]);
+                            let got = f64::from(dots[r][c]);
+                            assert!(
+                                (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                                "{cols} cols, {width}x{height}: {got} vs {want}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! Weight formats of the linear layers: [`WeightFormat`] names one, [`PackedWeight`] holds a
+//! `[out, in]` matrix in a packed one.
+//!
+//! - [`WeightFormat::F32`]: plain `f32` (the checkpoint's values).
+//! - [`WeightFormat::Q8_0`]: ggml's Q8_0 — blocks of 32 consecutive values of a row, each an
+//!   `f16` scale `d` and 32 signed 8-bit integers `q`, value `d * q` ([`Q8_0Matrix`]).
+//! - [`WeightFormat::Bf16`]: bfloat16, rounded to nearest even ([`Bf16Matrix`]).
+//!
+//! The CPU kernels ([`crate::kernels::gemv`], [`crate::kernels::gemm`]) read packed weights
+//! directly. Backends without kernels for them (CUDA, the generic CPU path) get the packed
+//! values dequantized to floats at load, so every backend computes with the same weights.
+
+mod bf16;
+mod q8_0;
+
+pub use bf16::Bf16Matrix;
+pub(crate) use q8_0::quantize_block as q8_0_block;
+pub use q8_0::{Q8_0Matrix, Q8_0_BLOCK};
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+/// The format the projections and the lm_head are held in (see the module docs).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+pub enum WeightFormat {
+    /// 32-bit floats.
+    #[default]
+    #[serde(rename = "f32")]
+    F32,
+    /// ggml's Q8_0: 8-bit integers in blocks of 32 with an `f16` scale each.
+    #[serde(rename = "q8_0")]
+    Q8_0,
+    /// bfloat16.
+    #[serde(rename = "bf16")]
+    Bf16,
+}
+
+impl WeightFormat {
+    /// Every format, in the order reports list them.
+    pub const ALL: [WeightFormat; 3] = [WeightFormat::F32, WeightFormat::Q8_0, WeightFormat::Bf16];
+
+    /// The format's name as the command-line options and reports spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            WeightFormat::F32 => "f32",
+            WeightFormat::Q8_0 => "q8_0",
+            WeightFormat::Bf16 => "bf16",
+        }
+    }
+}
+
+impl fmt::Display for WeightFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An unknown weight format name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown weight format `{0}`: choose f32, q8_0 or bf16")]
+pub struct UnknownWeightFormat(pub String);
+
+impl FromStr for WeightFormat {
+    type Err = UnknownWeightFormat;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        WeightFormat::ALL
+            .into_iter()
+            .find(|f| f.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| UnknownWeightFormat(s.to_string()))
+    }
+}
+
+/// A row-major `[out, in]` weight matrix in a packed format; cloning shares the values.
+#[derive(Clone, Debug)]
+pub enum PackedWeight {
+    /// Q8_0 blocks.
+    Q8_0(Arc<Q8_0Matrix>),
+    /// bfloat16 values.
+    Bf16(Arc<Bf16Matrix>),
+}
+
+impl PackedWeight {
+    /// `values` (row-major `[rows, cols]`) packed in `format`, or `None` for
+    /// [`WeightFormat::F32`] and for shapes the format cannot hold (Q8_0 needs rows whose
+    /// width is a multiple of [`Q8_0_BLOCK`]).
+    ///
+    /// # Panics
+    /// If `values` does not hold `rows * cols` values.
+    pub fn pack(format: WeightFormat, values: &[f32], rows: usize, cols: usize) -> Option<Self> {
+        assert_eq!(
+            values.len(),
+            rows * cols,
+            "pack: values are not [rows, cols]"
+        );
+        match format {
+            WeightFormat::F32 => None,
+            WeightFormat::Q8_0 => {
+                Q8_0Matrix::quantize(values, rows, cols).map(|m| PackedWeight::Q8_0(Arc::new(m)))
+            }
+            WeightFormat::Bf16 => Some(PackedWeight::Bf16(Arc::new(Bf16Matrix::from_f32(
+                values, rows, cols,
+            )))),
+        }
+    }
+
+    /// The format.
+    pub fn format(&self) -> WeightFormat {
+        match self {
+            PackedWeight::Q8_0(_) => WeightFormat::Q8_0,
+            PackedWeight::Bf16(_) => WeightFormat::Bf16,
+        }
+    }
+
+    /// `[rows, cols]`.
+    pub fn shape(&self) -> [usize; 2] {
+        match self {
+            PackedWeight::Q8_0(m) => [m.rows(), m.cols()],
+            PackedWeight::Bf16(m) => [m.rows(), m.cols()],
+        }
+    }
+
+    /// Bytes the packed values occupy.
+    pub fn bytes(&self) -> usize {
+        match self {
+            PackedWeight::Q8_0(m) => m.bytes(),
+            PackedWeight::Bf16(m) => m.bytes(),
+        }
+    }
+
+    /// Row `row` as `f32`, written to `out` (`cols` long).
+    ///
+    /// # Panics
+    /// If `row` is out of range or `out` is not `cols` long.
+    pub fn dequantize_row(&self, row: usize, out: &mut [f32]) {
+        match self {
+            PackedWeight::Q8_0(m) => m.dequantize_row(row, out),
+            PackedWeight::Bf16(m) => m.dequantize_row(row, out),
+        }
+    }
+
+    /// The whole matrix as row-major `f32`.
+    pub fn dequantize(&self) -> Vec<f32> {
+        let [rows, cols] = self.shape();
+        dequantize_rows(rows, cols, |r, row| self.dequantize_row(r, row))
+    }
+}
+
+/// A row-major `[rows, cols]` matrix whose rows `row_values` writes, in parallel.
+pub(crate) fn dequantize_rows(
+    rows: usize,
+    cols: usize,
+    row_values: impl Fn(usize, &mut [f32]) + Sync,
+) -> Vec<f32> {
+    use rayon::prelude::*;
+    let mut out = vec![0.0f32; rows * cols];
+    if cols > 0 {
+        out.par_chunks_mut(cols)
+            .enumerate()
+            .for_each(|(r, row)| row_values(r, row));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for format in WeightFormat::ALL {
+            assert_eq!(format.name().parse::<WeightFormat>(), Ok(format));
+            let json = serde_json::to_string(&format).unwrap();
+            assert_eq!(json, format!("\"{format}\""));
+        }
+        assert_eq!("Q8_0".parse::<WeightFormat>(), Ok(WeightFormat::Q8_0));
+        let err = "q4".parse::<WeightFormat>().unwrap_err();
+        assert!(err.to_string().contains("choose f32, q8_0 or bf16"));
+    }
+
+    #[test]
+    fn packing_keeps_the_shape_and_close_values() {
+        let (rows, cols) = (3, 64);
+        let values: Vec<f32> = (0..rows * cols).map(|i| (i as f32 * 0.37).sin()).collect();
+        assert!(PackedWeight::pack(WeightFormat::F32, &values, rows, cols).is_none());
+        for format in [WeightFormat::Q8_0, WeightFormat::Bf16] {
+            let packed = PackedWeight::pack(format, &values, rows, cols).unwrap();
+            assert_eq!((packed.format(), packed.shape()), (format, [rows, cols]));
+            for (a, b) in packed.dequantize().iter().zip(&values) {
+                assert!((a - b).abs() <= 1.0 / 127.0, "{format}: {a} vs {b}");
+            }
+        }
+        // Q8_0 rows must be whole blocks.
+        assert!(PackedWeight::pack(WeightFormat::Q8_0, &values[..3 * 40], 3, 40).is_none());
+    }
+}
