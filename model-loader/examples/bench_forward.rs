@@ -182,7 +182,7 @@ fn bench_projection(rows: usize, d_in: usize, d_out: usize) -> [f64; 3] {
     let x: Vec<f32> = (0..rows * d_in).map(|v| (v as f32 * 0.1).sin()).collect();
     let weight: Vec<f32> = (0..d_out * d_in).map(|v| (v as f32 * 0.3).cos()).collect();
     let projection = [ProjectionRef {
-        weight: &weight,
+        weight: WeightRef::F32(&weight),
         bias: None,
     }];
     let gemv = median_micros(9, 20, || {

@@ -143,15 +143,15 @@ mod tests {
                 let (col0, row0) = (5 - width, 9 - height);
                 let mut dots = [[0.0; 4]; 8];
                 dot_tile(&w, col0, width, &x, row0, height, &mut dots);
-                for r in 0..height {
-                    for c in 0..width {
+                for (r, row) in dots.iter().enumerate().take(height) {
+                    for (c, &dot) in row.iter().enumerate().take(width) {
                         let want: f64 = w
                             .row(col0 + c)
                             .iter()
                             .zip(&x[(row0 + r) * cols..][..cols])
                             .map(|(w, &x)| f64::from(w.to_f32()) * f64::from(x))
                             .sum();
-                        let got = f64::from(dots[r][c]);
+                        let got = f64::from(dot);
                         assert!(
                             (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
                             "{got} vs {want}"

@@ -276,10 +276,10 @@ mod tests {
                 for (col0, row0) in [(0, 0), (5 - width, 9 - height)] {
                     let mut dots = [[0.0; 4]; 8];
                     dot_tile(&w, col0, width, &q, row0, height, &mut dots);
-                    for r in 0..height {
-                        for c in 0..width {
+                    for (r, row) in dots.iter().enumerate().take(height) {
+                        for (c, &dot) in row.iter().enumerate().take(width) {
                             let want = reference(&w, col0 + c, &x[(row0 + r) * cols..][..cols]);
-                            let got = f64::from(dots[r][c]);
+                            let got = f64::from(dot);
                             assert!(
                                 (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
                                 "{cols} cols, {width}x{height}: {got} vs {want}"
