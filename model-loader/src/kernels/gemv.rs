@@ -141,7 +141,7 @@ impl Inputs<'_> {
 
 /// `x` (`[rows, d_in]`) times every projection of `projections`: output `b` is
 /// `[rows, out_b]` with `out_b[r, j] = x[r] · weight_b[j] + bias_b[j]`. With Q8_0 weights,
-/// `x` is quantized per block of 32 first (see [`super::q8_0`]).
+/// `x` is quantized per block of 32 first (as llama.cpp does for Q8_0 weights).
 ///
 /// # Panics
 /// If a weight's rows are not `d_in` wide, a bias has the wrong length, or `x` is not
