@@ -8,35 +8,17 @@
 use aquila_model_loader::gguf::{dequant::dequantize, GgmlType, GgufError};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+
+use crate::python_script::run_reference_script;
 
 /// Runs the reference script into the target directory; returns its output directory.
 fn reference_dir() -> PathBuf {
-    let target = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    let out = target.join("gguf-dequant-reference");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/gguf_dequant_reference.py");
-    let python = std::env::var("AQUILA_PYTHON").unwrap_or_else(|_| "python3".into());
-    let output = Command::new(&python)
-        .arg(&script)
-        .arg("--venv")
-        .arg(target.join("gguf-py-venv"))
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap_or_else(|e| {
-            panic!(
-                "cannot run {python} ({e}): this test needs Python 3 with venv and pip \
-                 (set AQUILA_PYTHON to choose the interpreter)"
-            )
-        });
-    assert!(
-        output.status.success(),
-        "{} failed ({}):\n{}",
-        script.display(),
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    out
+    run_reference_script(
+        "gguf_dequant_reference.py",
+        "gguf-py-venv",
+        "gguf-dequant-reference",
+        &[],
+    )
 }
 
 /// gguf-py's lists of the types it does and does not dequantize.

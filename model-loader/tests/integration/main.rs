@@ -6,6 +6,7 @@
 mod common;
 mod model_support;
 mod prop_support;
+mod python_script;
 
 mod checkpoint_errors;
 mod checkpoint_load;

@@ -8,8 +8,9 @@
 
 use aquila_model_loader::gguf::{tokenizer_from_gguf, GgufError};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
+
+use crate::python_script::run_reference_script;
 
 /// The vocabularies checked: SentencePiece (llama-spm, phi-3) and byte-level BPE with each
 /// pre-tokenizer family the suite covers.
@@ -35,32 +36,12 @@ const SEPARATOR: &str = "\n__ggml_vocab_test__\n";
 fn suite_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let target = Path::new(env!("CARGO_TARGET_TMPDIR"));
-        let out = target.join("llama-vocab");
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/llama_vocab_tests.py");
-        let python = std::env::var("AQUILA_PYTHON").unwrap_or_else(|_| "python3".into());
-        let output = Command::new(&python)
-            .arg(&script)
-            .arg("--venv")
-            .arg(target.join("llama-vocab-venv"))
-            .arg("--out")
-            .arg(&out)
-            .args(VOCABS)
-            .output()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "cannot run {python} ({e}): this test needs Python 3 with venv and pip \
-                     (set AQUILA_PYTHON to choose the interpreter)"
-                )
-            });
-        assert!(
-            output.status.success(),
-            "{} failed ({}):\n{}",
-            script.display(),
-            output.status,
-            String::from_utf8_lossy(&output.stderr)
-        );
-        out
+        run_reference_script(
+            "llama_vocab_tests.py",
+            "llama-vocab-venv",
+            "llama-vocab",
+            &VOCABS,
+        )
     })
 }
 
