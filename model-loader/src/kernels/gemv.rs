@@ -248,26 +248,9 @@ fn dot_tile(
     assert!(height <= MAX_TILE_HEIGHT && width <= tile_width(height));
     #[cfg(target_arch = "x86_64")]
     if super::has_avx512() {
-        macro_rules! dispatch {
-            ($($w:literal),*; $($h:literal),*) => {
-                dispatch!(@w [$($w),*] [$($h),*])
-            };
-            (@w [$($w:literal),*] $hs:tt) => {
-                match width {
-                    $($w => dispatch!(@h $w $hs),)*
-                    _ => unreachable!("tile width is 1..=4"),
-                }
-            };
-            (@h $w:literal [$($h:literal),*]) => {
-                match height {
-                    // SAFETY: AVX-512F is available (checked above); the slices hold
-                    // `$w` weight rows and `$h` input rows of `d_in` values.
-                    $($h => unsafe { avx512::dot_tile::<$w, $h>(weights, xs, d_in, dots) },)*
-                    _ => unreachable!("tile height is 1..=8"),
-                }
-            };
-        }
-        dispatch!(1, 2, 3, 4; 1, 2, 3, 4, 5, 6, 7, 8);
+        // SAFETY: AVX-512F is available (checked above); the slices hold `width` weight
+        // rows and `height` input rows of `d_in` values.
+        dispatch_tile!(width, height, avx512::dot_tile(weights, xs, d_in, dots));
         return;
     }
     for (r, x) in xs.chunks_exact(d_in).take(height).enumerate() {

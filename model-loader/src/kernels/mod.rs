@@ -32,6 +32,30 @@
 // The SIMD functions are `unsafe fn`s: keep every unsafe operation in them explicit.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+/// Calls the `unsafe` tile kernel `$kernel::<W, H>($args)` for the runtime tile `$width`
+/// (1..=4) and `$height` (1..=8): one monomorphized kernel per pair. The caller states why the
+/// call is sound (the CPU features checked, the rows the slices hold).
+macro_rules! dispatch_tile {
+    ($width:expr, $height:expr, $($kernel:ident)::+ ($($arg:expr),*)) => {
+        dispatch_tile!(@w $width, $height, [$($kernel)::+] ($($arg),*), [1, 2, 3, 4], [1, 2, 3, 4, 5, 6, 7, 8])
+    };
+    (@w $width:expr, $height:expr, $kernel:tt $args:tt, [$($w:literal),*], $hs:tt) => {
+        match $width {
+            $($w => dispatch_tile!(@h $height, $kernel $args, $w, $hs),)*
+            _ => unreachable!("tile width is 1..=4"),
+        }
+    };
+    (@h $height:expr, $kernel:tt $args:tt, $w:literal, [$($h:literal),*]) => {
+        match $height {
+            $($h => dispatch_tile!(@call $kernel $args, $w, $h),)*
+            _ => unreachable!("tile height is 1..=8"),
+        }
+    };
+    (@call [$($kernel:ident)::+] ($($arg:expr),*), $w:literal, $h:literal) => {
+        unsafe { $($kernel)::+::<$w, $h>($($arg),*) }
+    };
+}
+
 pub mod activation;
 pub mod attention;
 mod bf16;

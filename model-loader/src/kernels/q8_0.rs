@@ -85,23 +85,9 @@ pub(super) fn dot_tile(
     );
     #[cfg(target_arch = "x86_64")]
     if has_vnni() {
-        macro_rules! dispatch {
-            ($($w:literal),*; $hs:tt) => {
-                match width {
-                    $($w => dispatch!(@h $w $hs),)*
-                    _ => unreachable!("tile width is 1..=4"),
-                }
-            };
-            (@h $w:literal [$($h:literal),*]) => {
-                match height {
-                    // SAFETY: AVX-512 F/BW/VL/VNNI and F16C are available (checked above);
-                    // the asserts above bound every row the kernel reads.
-                    $($h => unsafe { avx512::dot_tile::<$w, $h>(w, col0, x, row0, dots) },)*
-                    _ => unreachable!("tile height is 1..=8"),
-                }
-            };
-        }
-        dispatch!(1, 2, 3, 4; [1, 2, 3, 4, 5, 6, 7, 8]);
+        // SAFETY: AVX-512 F/BW/VL/VNNI and F16C are available (checked above); the
+        // asserts above bound every row the kernel reads.
+        dispatch_tile!(width, height, avx512::dot_tile(w, col0, x, row0, dots));
         return;
     }
     let blocks = w.cols() / Q8_0_BLOCK;
