@@ -68,15 +68,28 @@ pub enum DraftHead<B: TrainBackend> {
     Eagle3(Box<Eagle3Head<B>>),
 }
 
-/// A randomly initialized head of `method` for `target_model`: one decoder layer shaped like
-/// the target's; for EAGLE-3 a draft vocabulary of the `draft_vocab` tokens the target emits
-/// most often in `train_set` (sorted by id).
+/// Where an EAGLE-3 head's output layer (final norm and lm_head) starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+pub enum OutputInit {
+    /// Random lm_head, unit norm.
+    Random,
+    /// The target's final norm and its lm_head rows of the draft vocabulary, trained further.
+    Target,
+    /// The target's final norm and lm_head rows, the lm_head kept fixed.
+    FrozenTarget,
+}
+
+/// A new head of `method` for `target_model`: one decoder layer shaped like the target's,
+/// randomly initialized; for EAGLE-3 a draft vocabulary of the `draft_vocab` tokens the target
+/// emits most often in `train_set` (sorted by id) and an output layer started as `output`
+/// says (EAGLE-1 heads always use the target's lm_head).
 pub fn build_head<B: TrainBackend>(
     method: HeadMethod,
     target_model: &LlamaModel<B>,
     data: &DistillData,
     train_set: &[SequenceRef],
     draft_vocab: usize,
+    output: OutputInit,
     device: &B::Device,
 ) -> Result<DraftHead<B>> {
     let target = target_model.config();
@@ -108,7 +121,13 @@ pub fn build_head<B: TrainBackend>(
                 norm_before_residual: false,
             };
             let map = DraftVocabMap::from_target_ids(&kept, target.vocab_size)?;
-            DraftHead::Eagle3(Box::new(Eagle3Head::init(&config, target, map, device)?))
+            let head = Eagle3Head::init(&config, target, map, device)?;
+            let head = match output {
+                OutputInit::Random => head,
+                OutputInit::Target => head.with_output_from(target_model, true),
+                OutputInit::FrozenTarget => head.with_output_from(target_model, false),
+            };
+            DraftHead::Eagle3(Box::new(head))
         }
     })
 }

@@ -6,14 +6,18 @@
 //! of every drafter at several numbers of requests in flight, each against the plain engine at
 //! the same number, and the best fixed k of every drafter with one request in flight.
 //!
+//! Configurations compared with each other run as a group: their engines are all started and
+//! warmed up, then timed in turn for `--rounds` rounds, and every figure is a median over the
+//! rounds, so that the machine's slow drifts do not decide a comparison.
+//!
 //! ```text
 //! cargo xtask bench spec [-- --draft DIR --draft-eagle3 DIR --k 3 --num-prompts 8
-//!                         --max-tokens 64 --max-num-seqs 1 --in-flight 1,4,8,16]
+//!                         --max-tokens 64 --max-num-seqs 1 --in-flight 1,4,8,16 --rounds 3]
 //! ```
 
 use anyhow::{bail, Context, Result};
 use aquila_engine::{
-    DraftLength, EngineConfig, Llm, Prompt, SamplingParams, SpeculativeConfig, WeightFormat,
+    DraftLength, EngineConfig, Llm, SamplingParams, SpeculativeConfig, WeightFormat,
 };
 use aquila_examples::device::{BackendTask, DeviceArgs, DeviceChoice};
 use aquila_examples::heads;
@@ -65,6 +69,10 @@ struct Args {
     /// skips them.
     #[arg(long, value_delimiter = ',', default_value = "1,4,8,16")]
     in_flight: Vec<usize>,
+    /// Timed rounds per configuration; the engines compared with each other run in turn
+    /// within a round, and every figure is the median over the rounds.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
 }
 
 /// A drafter of the benchmark: its name and its configuration for a given k.
@@ -90,18 +98,74 @@ struct Workload {
     num_prompts: usize,
 }
 
-/// One end-to-end configuration's result.
+/// One end-to-end configuration: its name, drafting (none for the plain engine) and workload.
+struct Config {
+    name: String,
+    speculative: Option<SpeculativeConfig>,
+    workload: Workload,
+}
+
+impl Config {
+    fn new(name: String, speculative: Option<SpeculativeConfig>, workload: Workload) -> Self {
+        Self {
+            name,
+            speculative,
+            workload,
+        }
+    }
+}
+
+/// One configuration's results: a report per timed round and the outputs (the same in every
+/// round at temperature 0).
 struct Row {
     name: String,
-    report: SpecDecodeReport,
+    rounds: Vec<SpecDecodeReport>,
     token_ids: Vec<Vec<u32>>,
+}
+
+impl Row {
+    /// Median output tokens per second over the rounds.
+    fn tokens_per_second(&self) -> f64 {
+        median(
+            self.rounds
+                .iter()
+                .map(SpecDecodeReport::output_tokens_per_second)
+                .collect(),
+        )
+    }
+
+    /// Median over the rounds of this row's tokens per second over `reference`'s in the same
+    /// round.
+    fn speedup_over(&self, reference: &Row) -> f64 {
+        median(
+            self.rounds
+                .iter()
+                .zip(&reference.rounds)
+                .map(|(mine, theirs)| {
+                    mine.output_tokens_per_second() / theirs.output_tokens_per_second()
+                })
+                .collect(),
+        )
+    }
+
+    /// Mean acceptance length over all rounds' drafts (1 without drafts).
+    fn mean_acceptance_length(&self) -> f64 {
+        let drafts: u64 = self.rounds.iter().map(|r| r.summary.drafts).sum();
+        let accepted: u64 = self.rounds.iter().map(|r| r.summary.accepted_tokens).sum();
+        1.0 + accepted as f64 / drafts.max(1) as f64
+    }
 }
 
 fn main() -> Result<()> {
     aquila_examples::init_tracing();
     let args = Args::parse();
-    if args.k == 0 || args.num_prompts == 0 || args.max_tokens == 0 || args.repeats == 0 {
-        bail!("--k, --num-prompts, --max-tokens and --repeats must be positive");
+    if args.k == 0
+        || args.num_prompts == 0
+        || args.max_tokens == 0
+        || args.repeats == 0
+        || args.rounds == 0
+    {
+        bail!("--k, --num-prompts, --max-tokens, --repeats and --rounds must be positive");
     }
     if args.in_flight.contains(&0) {
         bail!("--in-flight counts must be positive");
@@ -153,73 +217,70 @@ fn main() -> Result<()> {
         max_num_seqs: args.max_num_seqs,
         num_prompts: args.num_prompts,
     };
-    let mut configs: Vec<(String, Option<SpeculativeConfig>, Workload)> =
-        vec![("baseline".to_string(), None, workload)];
+    let mut fixed_group = vec![Config::new("baseline".to_string(), None, workload)];
     for drafter in &drafters {
-        configs.push((
+        fixed_group.push(Config::new(
             format!("{}, k = {}", drafter.name, args.k),
             Some(drafter.speculative(args.k, DraftLength::Fixed)),
             workload,
         ));
     }
-    let fixed_rows = configs.len();
+    let mut groups = vec![fixed_group];
     for &in_flight in &args.in_flight {
         let workload = Workload {
             max_num_seqs: Some(in_flight),
             num_prompts: args.num_prompts.max(in_flight),
         };
-        configs.push((format!("{in_flight} baseline"), None, workload));
+        let mut group = vec![Config::new(format!("{in_flight} baseline"), None, workload)];
         for drafter in &drafters {
-            let adaptive = drafter.speculative(args.k, DraftLength::default());
-            configs.push((
+            group.push(Config::new(
                 format!("{in_flight} {} adaptive", drafter.name),
-                Some(adaptive),
+                Some(drafter.speculative(args.k, DraftLength::default())),
                 workload,
             ));
         }
+        groups.push(group);
     }
-    let one_in_flight = Workload {
-        max_num_seqs: Some(1),
-        num_prompts: args.num_prompts,
-    };
-    let best_fixed_from = configs.len();
+    let adaptive_groups = groups.len() - 1;
     if args.in_flight.contains(&1) {
+        let one_in_flight = Workload {
+            max_num_seqs: Some(1),
+            num_prompts: args.num_prompts,
+        };
         for drafter in &drafters {
+            let mut group = vec![Config::new(
+                format!("1 {} adaptive", drafter.name),
+                Some(drafter.speculative(args.k, DraftLength::default())),
+                one_in_flight,
+            )];
             for k in 1..=args.k {
-                let fixed = drafter.speculative(k, DraftLength::Fixed);
-                configs.push((
+                group.push(Config::new(
                     format!("1 {} k = {k}", drafter.name),
-                    Some(fixed),
+                    Some(drafter.speculative(k, DraftLength::Fixed)),
                     one_in_flight,
                 ));
             }
+            groups.push(group);
         }
     }
-    let progress = ProgressBar::new(configs.len() as u64);
+    let runs: usize = groups.iter().map(Vec::len).sum::<usize>() * (args.rounds + 1);
+    let progress = ProgressBar::new(runs as u64);
     progress.set_style(
         ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    let mut rows = Vec::new();
-    for (name, speculative, workload) in configs {
-        progress.set_message(name.clone());
-        rows.push(run_config(
-            &model,
-            device,
-            name,
-            speculative,
-            workload,
-            &args,
-        )?);
-        progress.inc(1);
+    let mut measured = Vec::with_capacity(groups.len());
+    for group in &groups {
+        measured.push(run_group(&model, device, group, &args, &progress)?);
     }
     progress.finish_and_clear();
-    let adaptive_rows = rows.split_off(fixed_rows);
 
     println!(
-        "SmolLM2 on {device}, temperature 0, {} prompts x {} tokens; EAGLE-1 draft: {}",
+        "SmolLM2 on {device}, temperature 0, {} prompts x {} tokens, median of {} interleaved \
+         rounds; EAGLE-1 draft: {}",
         args.num_prompts,
         args.max_tokens,
+        args.rounds,
         draft.display()
     );
     if let Some(dir) = &draft_eagle3 {
@@ -232,86 +293,98 @@ fn main() -> Result<()> {
         ms(k_rows),
         k_rows.as_secs_f64() / one_row.as_secs_f64()
     );
-    let baseline = rows[0].report.output_tokens_per_second();
-    println!(
-        "{:<24} {:>10} {:>12} {:>9} {:>8}",
-        "configuration", "tokens/s", "mean accept", "speedup", "match"
-    );
-    for row in &rows {
-        print_row(row, &rows[0], baseline);
+    print_header("configuration");
+    print_against_baseline(&measured[0]);
+    if adaptive_groups > 0 {
+        println!(
+            "adaptive draft length, against the plain engine with as many requests in flight:"
+        );
+        print_header("in flight, configuration");
+        for group in &measured[1..=adaptive_groups] {
+            print_against_baseline(group);
+        }
     }
-    if !args.in_flight.is_empty() {
-        print_adaptive(&adaptive_rows, drafters.len(), best_fixed_from - fixed_rows);
+    let fixed_at_one = &measured[adaptive_groups + 1..];
+    if !fixed_at_one.is_empty() {
+        println!("fixed k with one request in flight, against the adaptive draft length:");
+        print_header("configuration");
+        for group in fixed_at_one {
+            print_against_best_fixed(group);
+        }
     }
     Ok(())
 }
 
-/// Prints one configuration's line against its `baseline` row (`baseline_tps` tokens/s).
-fn print_row(row: &Row, baseline: &Row, baseline_tps: f64) {
+/// Prints the column headers, the first one named `first`.
+fn print_header(first: &str) {
+    println!(
+        "{:<24} {:>10} {:>12} {:>9} {:>8}",
+        first, "tokens/s", "mean accept", "speedup", "match"
+    );
+}
+
+/// Prints a group whose first row is its plain-engine baseline, every row against it.
+fn print_against_baseline(group: &[Row]) {
+    let baseline = &group[0];
+    for row in group {
+        print_row(row, baseline);
+    }
+}
+
+/// Prints a group of an adaptive row followed by fixed-k rows of the same drafter, each
+/// against the adaptive row, then the adaptive row against the best fixed k.
+fn print_against_best_fixed(group: &[Row]) {
+    let adaptive = &group[0];
+    for row in group {
+        print_row(row, adaptive);
+    }
+    let Some(best) = group[1..]
+        .iter()
+        .max_by(|a, b| a.tokens_per_second().total_cmp(&b.tokens_per_second()))
+    else {
+        return;
+    };
+    println!(
+        "{}: {:.1} tokens/s against the best fixed k ({}: {:.1} tokens/s), {:.2}x",
+        adaptive.name,
+        adaptive.tokens_per_second(),
+        best.name,
+        best.tokens_per_second(),
+        adaptive.speedup_over(best)
+    );
+}
+
+/// Prints one configuration's line against `reference` (speedup: the median of the rounds'
+/// ratios; match: outputs equal to the reference's).
+fn print_row(row: &Row, reference: &Row) {
     let matching = row
         .token_ids
         .iter()
-        .zip(&baseline.token_ids)
+        .zip(&reference.token_ids)
         .filter(|(a, b)| a == b)
         .count();
     println!(
         "{:<24} {:>10.1} {:>12.2} {:>8.2}x {:>5}/{}",
         row.name,
-        row.report.output_tokens_per_second(),
-        row.report.summary.mean_acceptance_length(),
-        row.report.output_tokens_per_second() / baseline_tps,
+        row.tokens_per_second(),
+        row.mean_acceptance_length(),
+        row.speedup_over(reference),
         matching,
         row.token_ids.len()
     );
 }
 
-/// Prints the adaptive rows (groups of a baseline and `drafters` adaptive rows, one per
-/// number in flight, then the fixed-k rows at one request from `fixed_from`), each against
-/// the baseline of its group, and each drafter's best fixed k at one request.
-fn print_adaptive(rows: &[Row], drafters: usize, fixed_from: usize) {
-    println!("adaptive draft length, against the plain engine with as many requests in flight:");
-    println!(
-        "{:<24} {:>10} {:>12} {:>9} {:>8}",
-        "in flight, configuration", "tokens/s", "mean accept", "speedup", "match"
-    );
-    let (groups, fixed) = rows.split_at(fixed_from);
-    let mut adaptive_at_one = Vec::new();
-    let mut baseline_at_one = None;
-    for group in groups.chunks(drafters + 1) {
-        let baseline = &group[0];
-        let baseline_tps = baseline.report.output_tokens_per_second();
-        for row in group {
-            print_row(row, baseline, baseline_tps);
-        }
-        if baseline.name.starts_with("1 ") {
-            adaptive_at_one = group[1..].iter().collect();
-            baseline_at_one = Some(baseline);
-        }
+/// The median of `values` (the mean of the middle two for an even count; 0 when empty).
+fn median(mut values: Vec<f64>) -> f64 {
+    if values.is_empty() {
+        return 0.0;
     }
-    let Some(baseline) = baseline_at_one else {
-        return;
-    };
-    let baseline_tps = baseline.report.output_tokens_per_second();
-    println!("fixed k with one request in flight:");
-    for row in fixed {
-        print_row(row, baseline, baseline_tps);
-    }
-    let per_drafter = fixed.len() / drafters.max(1);
-    for (adaptive, fixed) in adaptive_at_one.iter().zip(fixed.chunks(per_drafter.max(1))) {
-        let Some(best) = fixed.iter().max_by(|a, b| {
-            let tps = |row: &Row| row.report.output_tokens_per_second();
-            tps(a).total_cmp(&tps(b))
-        }) else {
-            continue;
-        };
-        println!(
-            "{}: {:.1} tokens/s against the best fixed k ({}: {:.1} tokens/s), {:.2}x",
-            adaptive.name,
-            adaptive.report.output_tokens_per_second(),
-            best.name,
-            best.report.output_tokens_per_second(),
-            adaptive.report.output_tokens_per_second() / best.report.output_tokens_per_second()
-        );
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    if values.len().is_multiple_of(2) {
+        (values[mid - 1] + values[mid]) / 2.0
+    } else {
+        values[mid]
     }
 }
 
@@ -319,37 +392,68 @@ fn ms(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1e3
 }
 
-/// Generates the workload once to warm up, then once timed.
-fn run_config(
+/// Runs a group of configurations side by side: every engine is started and warmed up on its
+/// whole workload (so that the adaptive policy has measured its costs at this number in
+/// flight), then each round times every engine once, in turn, so that slow drifts of the
+/// machine fall on all of them alike.
+fn run_group(
     model: &Path,
     device: DeviceChoice,
-    name: String,
-    speculative: Option<SpeculativeConfig>,
-    workload: Workload,
+    group: &[Config],
     args: &Args,
-) -> Result<Row> {
-    let mut config = EngineConfig::new(model);
-    device.apply(&mut config);
-    config.speculative = speculative;
-    if let Some(max_num_seqs) = workload.max_num_seqs {
-        config.max_num_seqs = max_num_seqs;
-    }
-    let mut llm = Llm::new(config).with_context(|| format!("starting `{name}`"))?;
-    let prompts: Vec<Prompt> = builtin_chat_prompts(workload.num_prompts);
+    progress: &ProgressBar,
+) -> Result<Vec<Row>> {
     let params = SamplingParams::greedy(args.max_tokens);
-    // The warm-up runs the whole workload, so that the timed run sees an engine in its steady
-    // state (the adaptive policy has measured its costs at this number in flight).
-    llm.generate(prompts.clone(), &params)?;
-    let before = llm.get_metrics();
-    let start = Instant::now();
-    let outputs = llm.generate(prompts, &params)?;
-    let wall = start.elapsed();
-    let delta = llm.get_metrics().delta(&before)?;
-    Ok(Row {
-        name,
-        report: SpecDecodeReport::from_snapshot(&delta, llm.metrics_namespace(), wall),
-        token_ids: outputs.into_iter().map(|o| o.token_ids).collect(),
-    })
+    let mut engines = Vec::with_capacity(group.len());
+    for config in group {
+        progress.set_message(format!("{} (warm-up)", config.name));
+        let mut engine_config = EngineConfig::new(model);
+        device.apply(&mut engine_config);
+        engine_config.speculative = config.speculative.clone();
+        if let Some(max_num_seqs) = config.workload.max_num_seqs {
+            engine_config.max_num_seqs = max_num_seqs;
+        }
+        let mut llm =
+            Llm::new(engine_config).with_context(|| format!("starting `{}`", config.name))?;
+        llm.generate(builtin_chat_prompts(config.workload.num_prompts), &params)?;
+        progress.inc(1);
+        engines.push(llm);
+    }
+    let mut rows: Vec<Row> = group
+        .iter()
+        .map(|config| Row {
+            name: config.name.clone(),
+            rounds: Vec::new(),
+            token_ids: Vec::new(),
+        })
+        .collect();
+    for round in 0..args.rounds {
+        for ((llm, config), row) in engines.iter_mut().zip(group).zip(&mut rows) {
+            progress.set_message(format!("{} (round {})", config.name, round + 1));
+            let prompts = builtin_chat_prompts(config.workload.num_prompts);
+            let before = llm.get_metrics();
+            let start = Instant::now();
+            let outputs = llm.generate(prompts, &params)?;
+            let wall = start.elapsed();
+            let delta = llm.get_metrics().delta(&before)?;
+            row.rounds.push(SpecDecodeReport::from_snapshot(
+                &delta,
+                llm.metrics_namespace(),
+                wall,
+            ));
+            let token_ids: Vec<Vec<u32>> = outputs.into_iter().map(|o| o.token_ids).collect();
+            if round > 0 && token_ids != row.token_ids {
+                bail!(
+                    "`{}` generated other tokens in round {}",
+                    config.name,
+                    round + 1
+                );
+            }
+            row.token_ids = token_ids;
+            progress.inc(1);
+        }
+    }
+    Ok(rows)
 }
 
 /// Median time of a forward of 1 row and of k + 1 rows over a cached context.

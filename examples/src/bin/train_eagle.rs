@@ -29,8 +29,8 @@ use aquila_examples::distill::{build_distill_data, DistillSettings, GenerationSi
 use aquila_examples::heads::{shipped_eagle3_head_dir, shipped_head_dir};
 use aquila_examples::paths::{default_model_dir, workspace_root};
 use aquila_examples::training::{
-    build_head, draft_vocab_coverage, write_training_record, HeadMethod, ProgressObserver,
-    TrainingRecord,
+    build_head, draft_vocab_coverage, write_training_record, HeadMethod, OutputInit,
+    ProgressObserver, TrainingRecord,
 };
 use aquila_model_loader::checkpoint::FloatType;
 use aquila_model_loader::config::LlamaConfig;
@@ -109,6 +109,10 @@ struct Args {
     /// Draft vocabulary size (EAGLE-3).
     #[arg(long, default_value_t = 8192)]
     draft_vocab: usize,
+    /// Where an EAGLE-3 head's final norm and lm_head start: random, or copied from the
+    /// target (its lm_head rows of the draft vocabulary), trained further or kept fixed.
+    #[arg(long, value_enum, default_value_t = OutputInit::Random)]
+    output_init: OutputInit,
     /// Validate every this many steps.
     #[arg(long)]
     eval_every: Option<usize>,
@@ -348,6 +352,7 @@ impl TrainingRun<'_> {
             self.data,
             &train_set,
             self.args.draft_vocab,
+            self.args.output_init,
             device,
         )?;
         let mut observer = ProgressObserver::new();

@@ -199,6 +199,36 @@ impl<B: KernelBackend> Eagle3Head<B> {
         }))
     }
 
+    /// The head with its output layer taken from `target`: the final norm's weight and the
+    /// target's lm_head rows of the draft vocabulary. A head starting here turns an output
+    /// close to the target's last hidden state into the target's own prediction, so training
+    /// has to learn that hidden state rather than a vocabulary projection from scratch. With
+    /// `trainable: false` the copied lm_head stays fixed (no gradient, no optimizer state).
+    pub fn with_output_from(mut self, target: &LlamaModel<B>, trainable: bool) -> Self {
+        let hidden = self.config.hidden_size;
+        let device = target.device();
+        // lm_head(I) is `[H, vocab]`: column v holds the target's lm_head row of token v.
+        let columns = target.lm_head(Tensor::<B, 2>::eye(hidden, &device));
+        let draft_ids: Vec<i64> = (0..self.vocab_map.draft_vocab_size())
+            .map(|d| i64::from(self.vocab_map.to_target(d as u32)))
+            .collect();
+        let count = draft_ids.len();
+        let ids = Tensor::<B, 1, Int>::from_data(TensorData::new(draft_ids, [count]), &device);
+        let rows = columns.select(1, ids).transpose().detach();
+        let lm_head = SplitLinear::from_weight(rows);
+        self.lm_head = Some(if trainable {
+            lm_head
+        } else {
+            lm_head.no_grad()
+        });
+        let gamma = target.final_norm().gamma.val().detach();
+        self.norm = RmsNorm {
+            gamma: Param::from_tensor(gamma),
+            epsilon: self.config.rms_norm_eps,
+        };
+        self
+    }
+
     /// The weights in the checkpoint layout [`Eagle3Head::load`] reads: `fc.weight` (if the
     /// head has `fc`), `midlayer.hidden_norm.weight`, `midlayer.input_layernorm.weight`,
     /// `midlayer.self_attn.*`, `midlayer.post_attention_layernorm.weight`, `midlayer.mlp.*`,

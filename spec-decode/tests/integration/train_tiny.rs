@@ -5,17 +5,18 @@
 
 use std::path::Path;
 
-use aquila_model_loader::checkpoint::FloatType;
+use aquila_model_loader::checkpoint::{ExportedValues, FloatType};
 use aquila_model_loader::config::{Eagle1Config, Eagle3Config, LlamaConfig};
 use aquila_model_loader::fixtures::llama::{write_tiny_llama, TinyLlamaOptions};
-use aquila_model_loader::model::{FeatureTap, LlamaModel};
+use aquila_model_loader::model::{rms_norm, FeatureTap, LlamaModel};
 use aquila_spec_decode::eagle::{write_head_dir, DraftVocabMap, Eagle1Head, Eagle3Head, EagleHead};
 use aquila_spec_decode::train::{
-    record_shard, train, DistillData, DistillSequence, SilentObserver, TrainConfig, TrainError,
-    TrainHistory,
+    record_shard, train, DistillData, DistillSequence, DraftHeadModule, SilentObserver,
+    TrainConfig, TrainError, TrainHistory,
 };
 use burn::backend::{Autodiff, Flex};
 use burn::module::{AutodiffModule, Module};
+use burn::tensor::{Distribution, Int, Tensor, TensorData};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -112,6 +113,20 @@ fn small(mut config: TrainConfig) -> TrainConfig {
     config
 }
 
+/// Trains `head` without checkpoints or progress output.
+fn train_quietly<H>(
+    setup: &Setup,
+    head: H,
+    data: &DistillData,
+    config: &TrainConfig,
+) -> (H, TrainHistory)
+where
+    H: AutodiffModule<Ad> + DraftHeadModule<Ad>,
+    H::InnerModule: DraftHeadModule<Flex>,
+{
+    train(head, &setup.target, data, config, None, &mut SilentObserver).unwrap()
+}
+
 fn losses(history: &TrainHistory) -> Vec<f32> {
     history.train.iter().map(|p| p.loss).collect()
 }
@@ -128,17 +143,7 @@ fn eagle1_loss_falls_and_training_is_deterministic() {
     let data = data(&setup, &FeatureTap::LastHidden);
     let config = small(TrainConfig::eagle1());
     let head = eagle1_head(&setup);
-    let run = |head: Eagle1Head<Ad>| {
-        train(
-            head,
-            &setup.target,
-            &data,
-            &config,
-            None,
-            &mut SilentObserver,
-        )
-        .unwrap()
-    };
+    let run = |head: Eagle1Head<Ad>| train_quietly(&setup, head, &data, &config);
     let (trained, first) = run(head.clone());
     let (_, second) = run(head);
     let (start, end) = ends(&losses(&first));
@@ -179,11 +184,14 @@ fn eagle1_loss_falls_and_training_is_deterministic() {
     assert_eq!(original.accuracy, again.accuracy);
 }
 
-#[test]
-fn eagle3_loss_falls_with_training_time_test() {
-    let setup = setup();
-    let tap = FeatureTap::AuxLayers(vec![0, 1, 3]);
-    let data = data(&setup, &tap);
+/// The EAGLE-3 tap of the tiny target.
+fn eagle3_tap() -> FeatureTap {
+    FeatureTap::AuxLayers(vec![0, 1, 3])
+}
+
+/// A new EAGLE-3 head whose draft vocabulary is the tokens `data` responds with, and that
+/// vocabulary's target ids.
+fn eagle3_head(setup: &Setup, data: &DistillData) -> (Eagle3Head<Ad>, Vec<u32>) {
     let vocab = setup.config.vocab_size;
     let counts = data.response_token_counts(&data.sequences(), vocab);
     let kept: Vec<u32> = (0..vocab as u32)
@@ -200,6 +208,28 @@ fn eagle3_loss_falls_with_training_time_test() {
     };
     let map = DraftVocabMap::from_target_ids(&kept, vocab).unwrap();
     let head = Eagle3Head::<Ad>::init(&config, &setup.config, map, &Default::default()).unwrap();
+    (head, kept)
+}
+
+/// The values of the exported tensor `name`.
+fn exported(head: &Eagle3Head<Ad>, name: &str) -> Vec<f32> {
+    let tensor = head
+        .export()
+        .into_iter()
+        .find(|t| t.name == name)
+        .unwrap_or_else(|| panic!("{name} exported"));
+    match tensor.values {
+        ExportedValues::F32(values) => values,
+        other => panic!("{name} holds {other:?}"),
+    }
+}
+
+#[test]
+fn eagle3_loss_falls_with_training_time_test() {
+    let setup = setup();
+    let tap = eagle3_tap();
+    let data = data(&setup, &tap);
+    let (head, _) = eagle3_head(&setup, &data);
     let train_config = TrainConfig {
         unroll: 2,
         ..small(TrainConfig::eagle3())
@@ -328,4 +358,51 @@ fn impossible_settings_are_errors() {
         .unwrap_err();
         assert!(matches!(err, TrainError::Config(_)), "{err}");
     }
+}
+
+#[test]
+fn a_head_started_from_the_target_output_predicts_with_it_and_can_keep_it_fixed() {
+    let setup = setup();
+    let data = data(&setup, &eagle3_tap());
+    let (head, kept) = eagle3_head(&setup, &data);
+    let frozen = head.clone().with_output_from(&setup.target, false);
+
+    // Its logits are the target's, over the draft vocabulary, for any head output.
+    let device = Default::default();
+    let hidden = setup.config.hidden_size;
+    let outputs = Tensor::<Ad, 2>::random([5, hidden], Distribution::Normal(0.0, 2.0), &device);
+    let target_logits = setup
+        .target
+        .lm_head(rms_norm(setup.target.final_norm(), outputs.clone()));
+    let ids: Vec<i64> = kept.iter().map(|&t| i64::from(t)).collect();
+    let ids = Tensor::<Ad, 1, Int>::from_data(TensorData::new(ids, [kept.len()]), &device);
+    let expected: Vec<f32> = target_logits.select(1, ids).into_data().to_vec().unwrap();
+    let got: Vec<f32> = frozen
+        .logits(&setup.target, outputs)
+        .into_data()
+        .to_vec()
+        .unwrap();
+    let worst = expected
+        .iter()
+        .zip(&got)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    assert!(worst < 1e-4, "logits differ by {worst}");
+
+    // Training moves the rest of the head, and the lm_head only when it is trainable.
+    let config = TrainConfig {
+        epochs: 2,
+        unroll: 2,
+        ..small(TrainConfig::eagle3())
+    };
+    let run = |head: Eagle3Head<Ad>| train_quietly(&setup, head, &data, &config).0;
+    let trainable = head.with_output_from(&setup.target, true);
+    let start_lm_head = exported(&frozen, "lm_head.weight");
+    let start_fc = exported(&frozen, "fc.weight");
+    assert_eq!(start_lm_head, exported(&trainable, "lm_head.weight"));
+    let frozen = run(frozen);
+    assert_eq!(exported(&frozen, "lm_head.weight"), start_lm_head);
+    assert_ne!(exported(&frozen, "fc.weight"), start_fc);
+    let trainable = run(trainable);
+    assert_ne!(exported(&trainable, "lm_head.weight"), start_lm_head);
 }
