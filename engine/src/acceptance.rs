@@ -82,15 +82,23 @@ impl AcceptanceEstimate {
 
     /// Records whether the request drafts in the coming step; returns whether a request that
     /// was not going to draft is due for a probe (then it drafts one token and this counts as
-    /// drafting).
-    pub fn drafts_or_probes(&mut self, drafts: bool) -> bool {
+    /// drafting). While `drafter_useful` (its drafts are accepted often enough engine-wide),
+    /// failed probes do not space the next ones out: a request of a useful drafter that stopped
+    /// after a run of bad luck is probed every few steps until one succeeds, instead of being
+    /// locked out like a request of a drafter that never succeeds.
+    pub fn drafts_or_probes(&mut self, drafts: bool, drafter_useful: bool) -> bool {
         if drafts {
             self.steps_without_draft = 0;
             return false;
         }
         let failing = self.rates.first().is_some_and(|&rate| rate < PROBE_BELOW);
         self.steps_without_draft += 1;
-        if failing && self.steps_without_draft >= self.probe_interval {
+        let interval = if drafter_useful {
+            FIRST_PROBE_INTERVAL
+        } else {
+            self.probe_interval
+        };
+        if failing && self.steps_without_draft >= interval {
             self.steps_without_draft = 0;
             return true;
         }
@@ -120,6 +128,13 @@ impl AcceptancePrior {
     /// The estimate of a new request.
     pub fn estimate(&self) -> AcceptanceEstimate {
         AcceptanceEstimate::new(self.rates.clone())
+    }
+
+    /// Whether the engine's drafts are accepted often enough that a request which stopped
+    /// drafting is more likely unlucky than served by a bad drafter: the engine-wide
+    /// acceptance of the first draft row is at least the probing threshold.
+    pub fn drafter_useful(&self) -> bool {
+        self.rates.first().is_some_and(|&rate| rate >= PROBE_BELOW)
     }
 }
 
@@ -172,7 +187,7 @@ mod tests {
         let mut estimate = AcceptanceEstimate::new(vec![0.0; 3]);
         let mut probes = Vec::new();
         for step in 0..400 {
-            if estimate.drafts_or_probes(false) {
+            if estimate.drafts_or_probes(false, false) {
                 probes.push(step);
                 estimate.observe(1, &[]);
             }
@@ -184,9 +199,33 @@ mod tests {
             .all(|&gap| gap == MAX_PROBE_INTERVAL as i32));
         let mut good = AcceptanceEstimate::new(vec![0.9; 3]);
         assert!(
-            (0..100).all(|_| !good.drafts_or_probes(false)),
+            (0..100).all(|_| !good.drafts_or_probes(false, true)),
             "requests with good drafts that do not draft (cost) are not probed"
         );
+    }
+
+    #[test]
+    fn an_unlucky_request_of_a_useful_drafter_keeps_being_probed_often() {
+        let mut estimate = AcceptanceEstimate::new(vec![0.05; 3]);
+        let mut probes = Vec::new();
+        for step in 0..40 {
+            if estimate.drafts_or_probes(false, true) {
+                probes.push(step);
+                estimate.observe(1, &[]);
+            }
+        }
+        let gaps: Vec<i32> = probes.windows(2).map(|w| w[1] - w[0]).collect();
+        assert!(gaps.len() >= 8, "{probes:?}");
+        assert!(
+            gaps.iter().all(|&gap| gap == FIRST_PROBE_INTERVAL as i32),
+            "{probes:?}"
+        );
+        let mut prior = AcceptancePrior::new(2);
+        assert!(prior.drafter_useful(), "a new engine tries its drafter");
+        for _ in 0..100 {
+            prior.observe(2, &[]);
+        }
+        assert!(!prior.drafter_useful());
     }
 
     #[test]

@@ -126,8 +126,11 @@ impl DraftPolicy {
                 .collect();
         }
         let mut lengths = self.best_lengths(other_rows, candidates, min_draft_tokens);
+        let drafter_useful = self.prior.drafter_useful();
         for (length, candidate) in lengths.iter_mut().zip(candidates.iter_mut()) {
-            let probe = candidate.acceptance.drafts_or_probes(*length > 0);
+            let probe = candidate
+                .acceptance
+                .drafts_or_probes(*length > 0, drafter_useful);
             if probe && candidate.cap > 0 {
                 *length = 1;
             }
