@@ -33,33 +33,55 @@ impl ModuleVisitor<Flex> for HugePageAdvisor {
     }
 }
 
-/// Advises the whole huge pages inside `buffer` (none when it spans less than one).
+/// Advises every huge page that `buffer` touches, including the partial ones at its ends:
+/// most weight buffers of a small model (a 576 x 576 projection is 1.3 MiB) span no whole huge
+/// page, but the allocator places them next to each other, so the pages they share are
+/// collapsed too. Advice changes only how memory is backed, never its contents, so the
+/// neighbours sharing a page are unaffected. Where the outer pages are not all mapped (a
+/// buffer at the edge of its mapping), only the whole huge pages inside the buffer are advised.
 fn advise(buffer: &[f32]) {
-    let start = buffer.as_ptr() as usize;
-    let end = start + std::mem::size_of_val(buffer);
-    let first = start.next_multiple_of(HUGE_PAGE);
-    let last = end / HUGE_PAGE * HUGE_PAGE;
-    if last <= first {
+    if buffer.is_empty() {
         return;
     }
-    advise_range(first, last - first);
+    let start = buffer.as_ptr() as usize;
+    let end = start + std::mem::size_of_val(buffer);
+    let (outer_first, outer_last) = (
+        start / HUGE_PAGE * HUGE_PAGE,
+        end.next_multiple_of(HUGE_PAGE),
+    );
+    if advise_range(outer_first, outer_last - outer_first) {
+        return;
+    }
+    let (inner_first, inner_last) = (
+        start.next_multiple_of(HUGE_PAGE),
+        end / HUGE_PAGE * HUGE_PAGE,
+    );
+    if inner_first < inner_last {
+        advise_range(inner_first, inner_last - inner_first);
+    }
 }
 
+/// Advises `len` bytes at `address` (huge-page aligned) and collapses them; whether the range
+/// was mapped and advised.
 #[cfg(target_os = "linux")]
-fn advise_range(address: usize, len: usize) {
+fn advise_range(address: usize, len: usize) -> bool {
     let address = address as *mut libc::c_void;
-    // SAFETY: the range lies inside a live buffer of the module (rounded inward to page
-    // boundaries); both advice values change only how the kernel backs the pages, never
-    // their contents, and failures are ignored (the pages then stay as they are).
+    // SAFETY: both advice values change only how the kernel backs the pages of the range,
+    // never their contents, whoever owns them; an unmapped part makes `madvise` fail with
+    // nothing collapsed, and a failed collapse leaves the pages as they are.
     unsafe {
-        if libc::madvise(address, len, libc::MADV_HUGEPAGE) == 0 {
-            libc::madvise(address, len, libc::MADV_COLLAPSE);
+        if libc::madvise(address, len, libc::MADV_HUGEPAGE) != 0 {
+            return false;
         }
+        libc::madvise(address, len, libc::MADV_COLLAPSE);
     }
+    true
 }
 
 #[cfg(not(target_os = "linux"))]
-fn advise_range(_address: usize, _len: usize) {}
+fn advise_range(_address: usize, _len: usize) -> bool {
+    false
+}
 
 #[cfg(test)]
 mod tests {
