@@ -20,8 +20,9 @@ use std::collections::HashMap;
 const SMOOTHING: f64 = 0.15;
 
 /// Steps a mode needs at a batch size before its rate counts (also the length of an
-/// exploration).
-const MIN_STEPS: u32 = 3;
+/// exploration): the tokens of one drafting step vary with its acceptance, so one step says
+/// little.
+const MIN_STEPS: u32 = 4;
 
 /// Steps before the first exploration of the mode measured slower; each exploration that
 /// confirms the verdict doubles it, up to [`MAX_EXPLORE_INTERVAL`].
@@ -30,9 +31,11 @@ const EXPLORE_EVERY: u64 = 16;
 /// Most steps between two explorations.
 const MAX_EXPLORE_INTERVAL: u64 = 256;
 
-/// How much more drafting must deliver than plain decoding to be kept: where the two are level
-/// within noise, plain decoding is the cheaper and steadier choice.
-const DRAFTING_MARGIN: f64 = 1.05;
+/// How much more drafting must deliver than plain decoding to be kept. The policy already
+/// drafts only what its cost model expects to pay, so the guard only has to catch drafting
+/// that measures slower; a margin above 1 would give up drafting that pays a little (one
+/// request with a modest head).
+const DRAFTING_MARGIN: f64 = 1.0;
 
 /// What the guard lets the policy do in the coming step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,14 +68,13 @@ struct Rate {
 }
 
 impl Rate {
+    /// Takes in one step: the plain mean of the first steps (so that the few steps of an
+    /// exploration weigh alike, rather than the first one deciding), smoothed after that.
     fn observe(&mut self, tokens: f64, seconds: f64) {
-        if self.steps == 0 {
-            (self.tokens, self.seconds) = (tokens, seconds);
-        } else {
-            self.tokens += SMOOTHING * (tokens - self.tokens);
-            self.seconds += SMOOTHING * (seconds - self.seconds);
-        }
         self.steps = self.steps.saturating_add(1);
+        let weight = SMOOTHING.max(1.0 / f64::from(self.steps));
+        self.tokens += weight * (tokens - self.tokens);
+        self.seconds += weight * (seconds - self.seconds);
     }
 
     /// Tokens per second, once measured often enough.
@@ -303,6 +305,25 @@ mod tests {
             drafted >= 600 - MAX_EXPLORE_INTERVAL as usize - 30,
             "{drafted}"
         );
+    }
+
+    #[test]
+    fn the_first_steps_of_a_mode_weigh_alike() {
+        let mut rate = Rate::default();
+        for tokens in [1.0, 4.0, 4.0, 4.0] {
+            rate.observe(tokens, 0.1);
+        }
+        // The mean of 3.25 tokens per 0.1 s, not mostly the unlucky first step.
+        let per_second = rate.per_second().expect("measured after MIN_STEPS steps");
+        assert!((per_second - 32.5).abs() < 1e-9, "{per_second}");
+        // Later steps are smoothed: after enough of them, one step moves the rate by the
+        // smoothing weight only.
+        for _ in 0..20 {
+            rate.observe(4.0, 0.1);
+        }
+        rate.observe(0.0, 0.1);
+        let expected = 4.0 * (1.0 - SMOOTHING) / 0.1;
+        assert!((rate.per_second().unwrap() - expected).abs() < 0.5);
     }
 
     #[test]
