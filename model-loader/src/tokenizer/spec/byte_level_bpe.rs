@@ -1,7 +1,7 @@
 //! GPT-2 style byte-level BPE: text is split into words by regular expressions, each word is
 //! spelled in the byte-level alphabet and merged by ranked merge rules.
 
-use super::vocab_check::{check_added_tokens, check_affix, token_ids};
+use super::vocab_check::{check_special_tokens, token_ids};
 use super::{AddedToken, Affixes};
 use crate::tokenizer::TokenizerError;
 use serde_json::{json, Map, Value};
@@ -88,9 +88,7 @@ impl ByteLevelBpeSpec {
                 }
             }
         }
-        check_added_tokens(&self.vocab, &self.added_tokens)?;
-        check_affix(&self.vocab, self.affixes.bos.as_ref())?;
-        check_affix(&self.vocab, self.affixes.eos.as_ref())
+        check_special_tokens(&self.vocab, &self.added_tokens, &self.affixes)
     }
 
     /// The `tokenizer.json` document.

@@ -7,7 +7,7 @@
 //! piece into two pieces, ranked by the whole piece's score. The `tokenizers` crate's BPE model
 //! runs those merges.
 
-use super::vocab_check::{check_added_tokens, check_affix, token_ids};
+use super::vocab_check::{check_special_tokens, token_ids};
 use super::{AddedToken, Affixes};
 use crate::tokenizer::TokenizerError;
 use serde_json::{json, Map, Value};
@@ -61,9 +61,7 @@ impl SentencePieceBpeSpec {
                 )));
             }
         }
-        check_added_tokens(&self.vocab, &self.added_tokens)?;
-        check_affix(&self.vocab, self.affixes.bos.as_ref())?;
-        check_affix(&self.vocab, self.affixes.eos.as_ref())
+        check_special_tokens(&self.vocab, &self.added_tokens, &self.affixes)
     }
 
     /// The merge rules: every split of a mergeable piece into two mergeable pieces, ordered by

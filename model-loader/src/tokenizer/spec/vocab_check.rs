@@ -1,7 +1,7 @@
 //! Checks shared by every tokenizer description: distinct token texts and added tokens that
 //! agree with the vocabulary.
 
-use super::AddedToken;
+use super::{AddedToken, Affixes};
 use crate::tokenizer::TokenizerError;
 use std::collections::HashMap;
 
@@ -22,10 +22,7 @@ pub(crate) fn token_ids(vocab: &[String]) -> Result<HashMap<&str, u32>, Tokenize
 }
 
 /// Checks that every added token's id holds its text in `vocab`.
-pub(crate) fn check_added_tokens(
-    vocab: &[String],
-    added_tokens: &[AddedToken],
-) -> Result<(), TokenizerError> {
+fn check_added_tokens(vocab: &[String], added_tokens: &[AddedToken]) -> Result<(), TokenizerError> {
     for token in added_tokens {
         match vocab.get(token.id as usize) {
             Some(text) if *text == token.content => {}
@@ -48,11 +45,20 @@ pub(crate) fn check_added_tokens(
     Ok(())
 }
 
-/// Checks that a BOS or EOS token given as `(id, text)` has that text at that id in `vocab`.
-pub(crate) fn check_affix(
+/// Checks a description's special tokens against `vocab`: every added token, then BOS and
+/// EOS, each at the id that spells it.
+pub(crate) fn check_special_tokens(
     vocab: &[String],
-    affix: Option<&(u32, String)>,
+    added_tokens: &[AddedToken],
+    affixes: &Affixes,
 ) -> Result<(), TokenizerError> {
+    check_added_tokens(vocab, added_tokens)?;
+    check_affix(vocab, affixes.bos.as_ref())?;
+    check_affix(vocab, affixes.eos.as_ref())
+}
+
+/// Checks that a BOS or EOS token given as `(id, text)` has that text at that id in `vocab`.
+fn check_affix(vocab: &[String], affix: Option<&(u32, String)>) -> Result<(), TokenizerError> {
     match affix {
         Some((id, text)) if vocab.get(*id as usize) != Some(text) => {
             Err(TokenizerError::InvalidSpec(format!(
