@@ -56,8 +56,10 @@ impl AcceptanceEstimate {
         Self::new(rates)
     }
 
-    /// The estimated acceptance of draft rows `1..`, made non-increasing (a row is only worth
-    /// what the rows before it allow).
+    /// The request's own estimated acceptance of draft rows `1..`, made non-increasing (a row
+    /// is only worth what the rows before it allow); the policy uses
+    /// [`AcceptancePrior::expected_gains`].
+    #[cfg(test)]
     pub fn gains(&self) -> Vec<f64> {
         let mut floor = 1.0_f64;
         self.rates
@@ -106,10 +108,62 @@ impl AcceptanceEstimate {
     }
 }
 
-/// The engine-wide acceptance estimate new requests start from.
+/// Weight of one outcome in the engine-wide measure of how far a request's own history
+/// predicts its next outcomes (after the first outcomes, which weigh alike).
+const PERSISTENCE_SMOOTHING: f64 = 0.01;
+
+/// How much of a request's deviation from the engine-wide estimate is trusted before outcomes
+/// measured it.
+const INITIAL_PERSISTENCE: f64 = 0.5;
+
+/// Outcomes measured before the measured persistence replaces [`INITIAL_PERSISTENCE`].
+const MIN_PERSISTENCE_OUTCOMES: u64 = 64;
+
+/// The engine-wide acceptance estimate new requests start from, and how much a request's own
+/// history tells about its next verification.
+///
+/// Whether a request's recent outcomes predict its next ones depends on the drafter: n-gram
+/// matches come in runs (a copied passage), while an EAGLE head's acceptance on chat is
+/// nearly independent from one step to the next, so a run of rejections mostly says nothing
+/// and stopping its drafts would only give up tokens. The engine therefore measures, over
+/// all verifications, the regression slope ("persistence") of an outcome's deviation from the
+/// engine-wide rate on the request's smoothed deviation before it, and expects each request to
+/// keep only that share of its deviation.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct AcceptancePrior {
     rates: Vec<f64>,
+    /// Smoothed moments of a request's deviation from `rates` and of the next outcome's.
+    moments: Moments,
+}
+
+/// Smoothed first and second moments of pairs `(x, y)`, for a regression slope of `y` on `x`.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Moments {
+    x: f64,
+    y: f64,
+    xx: f64,
+    xy: f64,
+    count: u64,
+}
+
+impl Moments {
+    /// Takes in one pair: the plain mean of the first pairs, smoothed after that.
+    fn observe(&mut self, x: f64, y: f64) {
+        self.count += 1;
+        let weight = PERSISTENCE_SMOOTHING.max(1.0 / self.count as f64);
+        self.x += weight * (x - self.x);
+        self.y += weight * (y - self.y);
+        self.xx += weight * (x * x - self.xx);
+        self.xy += weight * (x * y - self.xy);
+    }
+
+    /// The slope of `y` on `x` (centred, so that a shift both share, such as an engine-wide
+    /// estimate still settling, does not count), once enough pairs spread enough.
+    fn slope(&self) -> Option<f64> {
+        let variance = self.xx - self.x * self.x;
+        (self.count >= MIN_PERSISTENCE_OUTCOMES && variance > 1e-6)
+            .then(|| (self.xy - self.x * self.y) / variance)
+    }
 }
 
 impl AcceptancePrior {
@@ -117,12 +171,43 @@ impl AcceptancePrior {
     pub fn new(rows: usize) -> Self {
         Self {
             rates: AcceptanceEstimate::initial(rows).rates,
+            moments: Moments::default(),
         }
     }
 
-    /// Takes in one verification (see [`AcceptanceEstimate::observe`]).
-    pub fn observe(&mut self, fed: usize, accepted: &[usize]) {
+    /// Takes in one verification of `request`, made before `request` takes it in (see
+    /// [`AcceptanceEstimate::observe`]).
+    pub fn observe(&mut self, request: &AcceptanceEstimate, fed: usize, accepted: &[usize]) {
+        for (index, (&rate, &own)) in self.rates.iter().zip(&request.rates).enumerate().take(fed) {
+            self.moments
+                .observe(own - rate, outcome(index, accepted) - rate);
+        }
         smooth(&mut self.rates, fed, accepted, PRIOR_SMOOTHING);
+    }
+
+    /// The share of a request's deviation from the engine-wide estimate that its next
+    /// outcomes keep, between 0 and 1.
+    pub fn persistence(&self) -> f64 {
+        self.moments
+            .slope()
+            .map_or(INITIAL_PERSISTENCE, |slope| slope.clamp(0.0, 1.0))
+    }
+
+    /// What `request` is expected to gain from each draft row: the probability that rows
+    /// `1..=j` are all accepted, from the engine-wide estimate moved by the persistent share
+    /// of the request's own deviation; never rising with `j`.
+    pub fn expected_gains(&self, request: &AcceptanceEstimate) -> Vec<f64> {
+        let persistence = self.persistence();
+        let mut floor = 1.0_f64;
+        request
+            .rates
+            .iter()
+            .zip(&self.rates)
+            .map(|(&own, &rate)| {
+                floor = floor.min((rate + persistence * (own - rate)).clamp(0.0, 1.0));
+                floor
+            })
+            .collect()
     }
 
     /// The estimate of a new request.
@@ -138,15 +223,19 @@ impl AcceptancePrior {
     }
 }
 
+/// 1 when draft row `index + 1` is in `accepted`, else 0.
+fn outcome(index: usize, accepted: &[usize]) -> f64 {
+    if accepted.contains(&(index + 1)) {
+        1.0
+    } else {
+        0.0
+    }
+}
+
 /// Moves `rates[j - 1]` towards 1 (row `j` in `accepted`) or 0, for every fed row `j`.
 fn smooth(rates: &mut [f64], fed: usize, accepted: &[usize], weight: f64) {
     for (index, rate) in rates.iter_mut().enumerate().take(fed) {
-        let outcome = if accepted.contains(&(index + 1)) {
-            1.0
-        } else {
-            0.0
-        };
-        *rate += weight * (outcome - *rate);
+        *rate += weight * (outcome(index, accepted) - *rate);
     }
 }
 
@@ -223,7 +312,8 @@ mod tests {
         let mut prior = AcceptancePrior::new(2);
         assert!(prior.drafter_useful(), "a new engine tries its drafter");
         for _ in 0..100 {
-            prior.observe(2, &[]);
+            let request = prior.estimate();
+            prior.observe(&request, 2, &[]);
         }
         assert!(!prior.drafter_useful());
     }
@@ -243,8 +333,58 @@ mod tests {
         let mut prior = AcceptancePrior::new(2);
         assert_close(&prior.estimate().rates, &[0.6, 0.36]);
         for _ in 0..200 {
-            prior.observe(2, &[]);
+            let request = prior.estimate();
+            prior.observe(&request, 2, &[]);
         }
         assert!(prior.estimate().gains()[0] < 0.01);
+    }
+
+    /// Runs `requests` requests of `steps` one-row verifications each through `prior`, request
+    /// `r`'s step `s` accepted when `accepted(r, s)`; returns the last request's estimate.
+    fn serve(
+        prior: &mut AcceptancePrior,
+        requests: usize,
+        steps: usize,
+        accepted: impl Fn(usize, usize) -> bool,
+    ) -> AcceptanceEstimate {
+        let mut last = prior.estimate();
+        for r in 0..requests {
+            let mut estimate = prior.estimate();
+            for s in 0..steps {
+                let rows: &[usize] = if accepted(r, s) { &[1] } else { &[] };
+                prior.observe(&estimate, 1, rows);
+                estimate.observe(1, rows);
+            }
+            last = estimate;
+        }
+        last
+    }
+
+    #[test]
+    fn a_run_of_rejections_says_little_where_outcomes_are_independent() {
+        // About a third of the drafts are accepted, independently of the request's history
+        // (a fixed pseudo-random pattern).
+        let mut prior = AcceptancePrior::new(1);
+        let independent = |r: usize, s: usize| (r * 7 + s * 13 + (r * s) % 5).is_multiple_of(3);
+        serve(&mut prior, 40, 64, independent);
+        assert!(prior.persistence() < 0.3, "{}", prior.persistence());
+        // A request whose last ten drafts were rejected is still expected to do about as
+        // well as any other.
+        let mut unlucky = prior.estimate();
+        for _ in 0..10 {
+            unlucky.observe(1, &[]);
+        }
+        let expected = prior.expected_gains(&unlucky)[0];
+        assert!(unlucky.gains()[0] < 0.1 && expected > 0.2, "{expected}");
+    }
+
+    #[test]
+    fn a_request_that_keeps_failing_is_believed_where_outcomes_persist() {
+        // Half the requests copy text (every draft accepted), half never match.
+        let mut prior = AcceptancePrior::new(1);
+        let persistent = |r: usize, _s: usize| r.is_multiple_of(2);
+        let failing = serve(&mut prior, 40, 64, persistent);
+        assert!(prior.persistence() > 0.8, "{}", prior.persistence());
+        assert!(prior.expected_gains(&failing)[0] < 0.1);
     }
 }

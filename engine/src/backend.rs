@@ -1,10 +1,12 @@
 //! Picks the burn backend for the configured device and dtype, and puts the backend-generic
 //! [`Engine`] behind the [`EngineCore`] trait object the façade uses.
 
+use std::any::Any;
 use std::sync::Arc;
 
 use aquila_metrics::Recorder;
 use aquila_model_loader::backend::{GenericCpu, KernelBackend};
+use aquila_model_loader::model::LlamaModel;
 use aquila_model_loader::tokenizer::Tokenizer;
 
 use crate::config::{Device, EngineConfig};
@@ -18,10 +20,12 @@ use crate::sampling_params::SamplingParams;
 use crate::speculation::FeaturelessProposer;
 
 /// Builds the engine for `config` (validated) on its device and dtype, drafting with
-/// `custom_proposer` when given.
+/// `custom_proposer` when given, on the weights of `shared` (another engine's
+/// [`EngineCore::loaded_model`]) when given instead of loading them.
 pub(crate) fn build_engine(
     config: &EngineConfig,
     custom_proposer: Option<FeaturelessProposer>,
+    shared: Option<&dyn Any>,
 ) -> Result<Box<dyn EngineCore + Send>, EngineError> {
     match config.device {
         Device::Cpu => {
@@ -30,15 +34,35 @@ pub(crate) fn build_engine(
                 config,
                 &device,
                 custom_proposer,
+                shared_model(shared)?,
             )?))
         }
         Device::CpuGeneric => Ok(Box::new(Engine::<GenericCpu>::new(
             config,
             &Default::default(),
             custom_proposer,
+            shared_model(shared)?,
         )?)),
-        Device::Cuda(index) => build_cuda_engine(config, index, custom_proposer),
+        Device::Cuda(index) => build_cuda_engine(config, index, custom_proposer, shared),
     }
+}
+
+/// The model behind `shared`, which must have been loaded for backend `B`.
+fn shared_model<B: KernelBackend>(
+    shared: Option<&dyn Any>,
+) -> Result<Option<LlamaModel<B>>, EngineError> {
+    shared
+        .map(|model| {
+            model
+                .downcast_ref::<LlamaModel<B>>()
+                .cloned()
+                .ok_or_else(|| EngineError::Config {
+                    field: "device",
+                    reason: "the engine whose weights are shared runs on another device or dtype"
+                        .into(),
+                })
+        })
+        .transpose()
 }
 
 /// Builds the engine on CUDA device `index` with the configured float type.
@@ -47,6 +71,7 @@ fn build_cuda_engine(
     config: &EngineConfig,
     index: usize,
     custom_proposer: Option<FeaturelessProposer>,
+    shared: Option<&dyn Any>,
 ) -> Result<Box<dyn EngineCore + Send>, EngineError> {
     use burn::backend::cuda::{Cuda, CudaDevice};
     use burn::tensor::{bf16, f16};
@@ -55,9 +80,24 @@ fn build_cuda_engine(
 
     let device = CudaDevice::new(index);
     Ok(match config.dtype {
-        DType::F32 => Box::new(Engine::<Cuda<f32>>::new(config, &device, custom_proposer)?),
-        DType::BF16 => Box::new(Engine::<Cuda<bf16>>::new(config, &device, custom_proposer)?),
-        DType::F16 => Box::new(Engine::<Cuda<f16>>::new(config, &device, custom_proposer)?),
+        DType::F32 => Box::new(Engine::<Cuda<f32>>::new(
+            config,
+            &device,
+            custom_proposer,
+            shared_model(shared)?,
+        )?),
+        DType::BF16 => Box::new(Engine::<Cuda<bf16>>::new(
+            config,
+            &device,
+            custom_proposer,
+            shared_model(shared)?,
+        )?),
+        DType::F16 => Box::new(Engine::<Cuda<f16>>::new(
+            config,
+            &device,
+            custom_proposer,
+            shared_model(shared)?,
+        )?),
     })
 }
 
@@ -67,6 +107,7 @@ fn build_cuda_engine(
     _config: &EngineConfig,
     index: usize,
     _custom_proposer: Option<FeaturelessProposer>,
+    _shared: Option<&dyn Any>,
 ) -> Result<Box<dyn EngineCore + Send>, EngineError> {
     Err(EngineError::DeviceUnavailable {
         device: Device::Cuda(index),
@@ -113,5 +154,9 @@ impl<B: KernelBackend> EngineCore for Engine<B> {
 
     fn vocab_size(&self) -> usize {
         Engine::vocab_size(self)
+    }
+
+    fn loaded_model(&self) -> &dyn Any {
+        Engine::model(self)
     }
 }

@@ -2,14 +2,16 @@
 //!
 //! With [`DraftLength::Adaptive`] the policy maximizes the expected output tokens per second of
 //! the step: a request drafting `n` tokens is expected to emit `1 + g_1 + ... + g_n` tokens
-//! (`g_j`: its estimated acceptance of draft row `j`), and the step is expected to take the
-//! forward over all rows plus the drafting call at the deepest draft plus the rest of a step
-//! ([`StepCosts`]). Every draft row of every request is a candidate; taken in order of
-//! falling `g`, the best number of them decides each request's length. A large batch, whose
-//! extra rows cost nearly a full row each, drafts little or nothing; one request with a good
-//! drafter drafts the maximum. Requests whose drafts keep failing stop drafting and are probed
-//! with one draft token now and then. A [`GoodputGuard`] checks the model against the tokens
-//! per second drafting steps actually delivered, and stops drafting at batch sizes where it
+//! (`g_j`: the acceptance of draft row `j` expected from the engine-wide estimate and the
+//! persistent share of the request's own deviation from it, [`AcceptancePrior::expected_gains`]),
+//! and the step is expected to take the forward over all rows plus the drafting call at the
+//! deepest draft plus the rest of a step ([`StepCosts`]). Every draft row of every request is a
+//! candidate; taken in order of falling `g`, the best number of them decides each request's
+//! length. A large batch, whose extra rows cost nearly a full row each, drafts little or
+//! nothing; one request with a good drafter drafts the maximum. Requests whose drafts keep
+//! failing (where failures persist, as with n-gram lookups) stop drafting and are probed with
+//! one draft token now and then. A [`GoodputGuard`] checks the model against the tokens per
+//! second drafting steps actually delivered, and stops drafting at batch sizes where it
 //! delivered less than plain decoding.
 
 use crate::acceptance::{AcceptanceEstimate, AcceptancePrior};
@@ -75,8 +77,8 @@ impl DraftPolicy {
         fed: usize,
         accepted: &[usize],
     ) {
+        self.prior.observe(estimate, fed, accepted);
         estimate.observe(fed, accepted);
-        self.prior.observe(fed, accepted);
     }
 
     /// Takes in one step's timings (after its drafting call).
@@ -149,7 +151,10 @@ impl DraftPolicy {
             .iter()
             .map(|c| c.cap.min(min_draft_tokens))
             .collect();
-        let gains: Vec<Vec<f64>> = candidates.iter().map(|c| c.acceptance.gains()).collect();
+        let gains: Vec<Vec<f64>> = candidates
+            .iter()
+            .map(|c| self.prior.expected_gains(c.acceptance))
+            .collect();
         let gain = |request: usize, row: usize| gains[request].get(row - 1).copied().unwrap_or(0.0);
         // Rows beyond each floor, best first; a request's rows stay in order (ties by row).
         let mut rows: Vec<(f64, usize, usize)> = candidates
@@ -276,7 +281,12 @@ mod tests {
     fn a_perfect_drafter_drafts_the_maximum_even_in_a_batch() {
         let mut policy = DraftPolicy::new(ADAPTIVE, None, 4, 4);
         measured(&mut policy, 25.0, 8, 2.0);
-        let mut perfect = estimates(8, &[1.0; 4]);
+        // The engine has seen every draft accepted, so new requests start out perfect.
+        for _ in 0..200 {
+            let mut request = policy.new_estimate();
+            policy.observe_verification(&mut request, 4, &[1, 2, 3, 4]);
+        }
+        let mut perfect: Vec<AcceptanceEstimate> = (0..8).map(|_| policy.new_estimate()).collect();
         assert_eq!(choose(&mut policy, &mut perfect, 4), vec![4; 8]);
     }
 

@@ -74,23 +74,31 @@ struct StepContext<'a> {
 }
 
 impl<B: KernelBackend> Engine<B> {
-    /// Loads the model and tokenizer of `config.model` onto `device` and sets up scheduling,
+    /// Loads the model of `config.model` onto `device` (or takes `loaded`, the same model
+    /// another engine loaded, sharing its weights), loads the tokenizer and sets up scheduling,
     /// speculative decoding (`config.speculative`, with `custom_proposer` for its custom
     /// method) and metrics. `config` must be validated.
     pub fn new(
         config: &EngineConfig,
         device: &B::Device,
         custom_proposer: Option<FeaturelessProposer>,
+        loaded: Option<LlamaModel<B>>,
     ) -> Result<Self, EngineError> {
-        // Inference: parameters without gradients, so that an autodiff backend (the generic
-        // CPU path) records no graph.
-        let model = LlamaModel::<B>::load_in_format(&config.model, config.weights, device)
-            .map_err(|error| EngineError::Load {
-                dir: config.model.clone(),
-                error: Box::new(error),
-            })?
-            .no_grad();
-        B::back_with_huge_pages(&model);
+        let model = match loaded {
+            Some(model) => model,
+            None => {
+                // Inference: parameters without gradients, so that an autodiff backend (the
+                // generic CPU path) records no graph.
+                let model = LlamaModel::<B>::load_in_format(&config.model, config.weights, device)
+                    .map_err(|error| EngineError::Load {
+                        dir: config.model.clone(),
+                        error: Box::new(error),
+                    })?
+                    .no_grad();
+                B::back_with_huge_pages(&model);
+                model
+            }
+        };
         let tokenizer =
             Tokenizer::from_dir(&config.model).map_err(|error| EngineError::Tokenizer {
                 dir: config.model.clone(),
@@ -337,6 +345,8 @@ impl<B: KernelBackend> Engine<B> {
             rows = plan.num_batched_tokens(),
             forward_ms = ms(forward_done - forward_start),
             verify_commit_ms = ms(draft_start - forward_done),
+            draft_tokens,
+            draft_depth,
             draft_ms = ms(draft_done - draft_start),
             "step timing"
         );
@@ -380,6 +390,11 @@ impl<B: KernelBackend> Engine<B> {
             .ok_or(EngineError::UnknownRequest(id))?;
         self.record_scheduler_stats(0);
         Ok(output)
+    }
+
+    /// The target model (a clone shares its weights).
+    pub fn model(&self) -> &LlamaModel<B> {
+        self.runner.model()
     }
 
     /// Whether any request is unfinished.

@@ -40,6 +40,9 @@ pub(crate) trait EngineCore {
     fn max_model_len(&self) -> usize;
     /// Vocabulary size of the model.
     fn vocab_size(&self) -> usize;
+    /// The loaded target model (`LlamaModel` of the engine's backend), for another engine to
+    /// share.
+    fn loaded_model(&self) -> &dyn std::any::Any;
 }
 
 /// An offline LLM engine: continuous batching of many requests over one model.
@@ -93,13 +96,45 @@ impl Llm {
         Self::build(config, Some(proposer))
     }
 
+    /// Like [`Llm::new`], but on the weights `other` has loaded instead of a second copy:
+    /// engines that differ in scheduling, speculative decoding or metrics then share one model
+    /// in memory (and compare on exactly the same weights). `config` must name the same model
+    /// directory, device, dtype and weight format as `other`'s.
+    pub fn sharing_weights_with(other: &Llm, config: EngineConfig) -> Result<Self, EngineError> {
+        config.validate()?;
+        let theirs = &other.config;
+        let differs = if config.model != theirs.model {
+            Some("model")
+        } else if config.device != theirs.device {
+            Some("device")
+        } else if config.dtype != theirs.dtype {
+            Some("dtype")
+        } else if config.weights != theirs.weights {
+            Some("weights")
+        } else {
+            None
+        };
+        if let Some(field) = differs {
+            return Err(EngineError::Config {
+                field,
+                reason: "differs from the engine whose weights are shared".into(),
+            });
+        }
+        let core = backend::build_engine(&config, None, Some(other.core.loaded_model()))?;
+        Ok(Self {
+            core,
+            config,
+            pending: StepOutput::default(),
+        })
+    }
+
     /// Validates `config` and builds the engine with an optional custom proposer.
     fn build(
         config: EngineConfig,
         proposer: Option<FeaturelessProposer>,
     ) -> Result<Self, EngineError> {
         config.validate()?;
-        let core = backend::build_engine(&config, proposer)?;
+        let core = backend::build_engine(&config, proposer, None)?;
         Ok(Self {
             core,
             config,

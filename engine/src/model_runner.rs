@@ -64,6 +64,11 @@ impl<B: KernelBackend> ModelRunner<B> {
         }
     }
 
+    /// The target model (a clone shares its weights).
+    pub fn model(&self) -> &LlamaModel<B> {
+        &self.model
+    }
+
     /// Applies the step's KV commands, then runs one forward over every request of `batch`,
     /// tapping `tap`, and returns the logits rows of the requests that sample.
     pub fn execute(

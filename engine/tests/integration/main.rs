@@ -17,6 +17,7 @@ mod server_errors;
 mod server_load;
 mod server_openai;
 mod server_prometheus;
+mod shared_weights;
 mod spec_adaptive;
 mod spec_batch_limit;
 mod spec_config;

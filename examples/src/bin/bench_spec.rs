@@ -6,13 +6,15 @@
 //! of every drafter at several numbers of requests in flight, each against the plain engine at
 //! the same number, and the best fixed k of every drafter with one request in flight.
 //!
-//! Configurations compared with each other run as a group: their engines are all started and
-//! warmed up, then timed in turn for `--rounds` rounds, and every figure is a median over the
-//! rounds, so that the machine's slow drifts do not decide a comparison.
+//! Configurations compared with each other run as a group: their engines share one copy of the
+//! weights, are all started and warmed up, then timed in turn for `--rounds` rounds, and every
+//! figure is a median over the rounds, so that neither the machine's slow drifts nor where in
+//! memory an engine's weights landed decide a comparison.
 //!
 //! ```text
 //! cargo xtask bench spec [-- --draft DIR --draft-eagle3 DIR --k 3 --num-prompts 8
-//!                         --max-tokens 64 --max-num-seqs 1 --in-flight 1,4,8,16 --rounds 3]
+//!                         --max-tokens 64 --max-num-seqs 1 --in-flight 1,4,8,16 --rounds 3
+//!                         --drafters ngram,eagle1,eagle3]
 //! ```
 
 use anyhow::{bail, Context, Result};
@@ -65,7 +67,8 @@ struct Args {
     /// Timed repetitions of each forward in the verification-cost measurement.
     #[arg(long, default_value_t = 10)]
     repeats: usize,
-    /// Requests in flight of the adaptive rows (each gets at least that many prompts); empty
+    /// Requests in flight of the adaptive rows (each gets at least twice that many prompts, so
+    /// that most of its steps run that many requests); empty
     /// skips them.
     #[arg(long, value_delimiter = ',', default_value = "1,4,8,16")]
     in_flight: Vec<usize>,
@@ -73,6 +76,20 @@ struct Args {
     /// within a round, and every figure is the median over the rounds.
     #[arg(long, default_value_t = 3)]
     rounds: usize,
+    /// Drafters measured (EAGLE-3 only where a head is shipped or given).
+    #[arg(long, value_delimiter = ',', default_value = "ngram,eagle1,eagle3")]
+    drafters: Vec<DrafterKind>,
+}
+
+/// A drafter the benchmark can measure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum DrafterKind {
+    /// Prompt-lookup n-gram drafting.
+    Ngram,
+    /// An EAGLE-1 head.
+    Eagle1,
+    /// An EAGLE-3 head.
+    Eagle3,
 }
 
 /// A drafter of the benchmark: its name and its configuration for a given k.
@@ -194,24 +211,31 @@ fn main() -> Result<()> {
         weights: device.weights,
         args: &args,
     })??;
-    let mut drafters = vec![
-        Drafter {
+    let mut drafters = Vec::new();
+    if args.drafters.contains(&DrafterKind::Ngram) {
+        drafters.push(Drafter {
             name: "n-gram",
             config: Box::new(SpeculativeConfig::ngram),
-        },
-        Drafter {
+        });
+    }
+    if args.drafters.contains(&DrafterKind::Eagle1) {
+        let draft = draft.clone();
+        drafters.push(Drafter {
             name: "EAGLE-1",
-            config: {
-                let draft = draft.clone();
-                Box::new(move |k| SpeculativeConfig::eagle(&draft, k))
-            },
-        },
-    ];
-    if let Some(dir) = draft_eagle3.clone() {
+            config: Box::new(move |k| SpeculativeConfig::eagle(&draft, k)),
+        });
+    }
+    if let Some(dir) = draft_eagle3
+        .clone()
+        .filter(|_| args.drafters.contains(&DrafterKind::Eagle3))
+    {
         drafters.push(Drafter {
             name: "EAGLE-3",
             config: Box::new(move |k| SpeculativeConfig::eagle3(&dir, k)),
         });
+    }
+    if drafters.is_empty() {
+        bail!("--drafters selects no drafter that can run (EAGLE-3 needs a shipped or given head)");
     }
     let workload = Workload {
         max_num_seqs: args.max_num_seqs,
@@ -229,7 +253,7 @@ fn main() -> Result<()> {
     for &in_flight in &args.in_flight {
         let workload = Workload {
             max_num_seqs: Some(in_flight),
-            num_prompts: args.num_prompts.max(in_flight),
+            num_prompts: args.num_prompts.max(2 * in_flight),
         };
         let mut group = vec![Config::new(format!("{in_flight} baseline"), None, workload)];
         for drafter in &drafters {
@@ -392,8 +416,8 @@ fn ms(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1e3
 }
 
-/// Runs a group of configurations side by side: every engine is started and warmed up on its
-/// whole workload (so that the adaptive policy has measured its costs at this number in
+/// Runs a group of configurations side by side, on one shared copy of the weights: every
+/// engine is started and warmed up on its whole workload (so that the adaptive policy has measured its costs at this number in
 /// flight), then each round times every engine once, in turn, so that slow drifts of the
 /// machine fall on all of them alike.
 fn run_group(
@@ -413,8 +437,13 @@ fn run_group(
         if let Some(max_num_seqs) = config.workload.max_num_seqs {
             engine_config.max_num_seqs = max_num_seqs;
         }
-        let mut llm =
-            Llm::new(engine_config).with_context(|| format!("starting `{}`", config.name))?;
+        // One copy of the weights for the whole group: every engine then reads the same
+        // memory, so that no configuration gains or loses by where its copy landed.
+        let mut llm = match engines.first() {
+            None => Llm::new(engine_config),
+            Some(first) => Llm::sharing_weights_with(first, engine_config),
+        }
+        .with_context(|| format!("starting `{}`", config.name))?;
         llm.generate(builtin_chat_prompts(config.workload.num_prompts), &params)?;
         progress.inc(1);
         engines.push(llm);
