@@ -7,7 +7,8 @@
 /// succeeds stops within about ten.
 const REQUEST_SMOOTHING: f64 = 0.15;
 
-/// Weight of one verification outcome in the engine-wide estimate new requests start from.
+/// Weight of one verification outcome in the engine-wide estimate new requests start from
+/// (after the first outcomes of a row, which weigh alike).
 const PRIOR_SMOOTHING: f64 = 0.05;
 
 /// Acceptance of the first draft row in the estimate an engine starts with, and the factor
@@ -132,6 +133,8 @@ const MIN_PERSISTENCE_OUTCOMES: u64 = 64;
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct AcceptancePrior {
     rates: Vec<f64>,
+    /// Outcomes measured per row.
+    counts: Vec<u64>,
     /// Smoothed moments of a request's deviation from `rates` and of the next outcome's.
     moments: Moments,
 }
@@ -171,6 +174,7 @@ impl AcceptancePrior {
     pub fn new(rows: usize) -> Self {
         Self {
             rates: AcceptanceEstimate::initial(rows).rates,
+            counts: vec![0; rows],
             moments: Moments::default(),
         }
     }
@@ -182,7 +186,19 @@ impl AcceptancePrior {
             self.moments
                 .observe(own - rate, outcome(index, accepted) - rate);
         }
-        smooth(&mut self.rates, fed, accepted, PRIOR_SMOOTHING);
+        // The optimistic start is a guess: the first outcomes of each row weigh alike, so the
+        // estimate is their mean until it is smoothed.
+        for (index, (rate, count)) in self
+            .rates
+            .iter_mut()
+            .zip(&mut self.counts)
+            .enumerate()
+            .take(fed)
+        {
+            *count += 1;
+            let weight = PRIOR_SMOOTHING.max(1.0 / *count as f64);
+            *rate += weight * (outcome(index, accepted) - *rate);
+        }
     }
 
     /// The share of a request's deviation from the engine-wide estimate that its next
