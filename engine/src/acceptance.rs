@@ -1,6 +1,7 @@
 //! Per-request estimates of how likely each draft row is to be accepted, smoothed over the
-//! request's verification outcomes, and the probing of requests that stopped drafting because
-//! their drafts kept failing.
+//! request's verification outcomes; the engine-wide estimate and the measured share of a
+//! request's own deviation from it that persists ([`AcceptancePrior`]); and the probing of
+//! requests that stopped drafting because their drafts kept failing.
 
 /// Weight of one verification outcome in a request's estimate: a few unlucky verifications of
 /// a useful drafter (acceptance about a third) must not stop its drafts, while one that never

@@ -9,7 +9,8 @@
 //! Between explorations the verdict holds. An exploration measures the slower mode afresh for
 //! a few steps and compares again; each that confirms the verdict doubles the wait for the next
 //! one, so a clear verdict costs little to keep checking.
-//! At a batch size seen for the first time the two take turns until both are measured.
+//! A batch size seen for the first time starts from the verdict of the nearest batch size that
+//! has one; in a new engine the two modes take turns until both are measured.
 //!
 //! A step is charged the drafting call that produced the drafts it verifies (made at the end of
 //! the previous step) besides its own forward and verification, so that a drafting step carries
@@ -182,12 +183,16 @@ impl GoodputGuard {
     /// requests where it lost at 16), so that a batch shrinking one request at a time does not
     /// measure both modes anew at every size.
     pub fn allowance(&mut self, num_running: usize) -> Allowance {
-        let nearest = self
-            .by_batch
-            .iter()
-            .filter_map(|(&size, rates)| Some((size, rates.verdict?)))
-            .min_by_key(|&(size, _)| (size.abs_diff(num_running), size < num_running))
-            .map(|(_, verdict)| verdict);
+        // Only a batch size met for the first time looks for a neighbour's verdict.
+        let nearest = if self.by_batch.contains_key(&num_running) {
+            None
+        } else {
+            self.by_batch
+                .iter()
+                .filter_map(|(&size, rates)| Some((size, rates.verdict?)))
+                .min_by_key(|&(size, _)| (size.abs_diff(num_running), size < num_running))
+                .map(|(_, verdict)| verdict)
+        };
         self.by_batch
             .entry(num_running)
             .or_default()
