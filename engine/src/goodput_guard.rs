@@ -9,6 +9,12 @@
 //! Between explorations the verdict holds. An exploration measures the slower mode afresh for
 //! a few steps and compares again; each that confirms the verdict doubles the wait for the next
 //! one, so a clear verdict costs little to keep checking.
+//!
+//! Single steps are noisy (a drafting step emits 1 to k + 1 tokens, and the machine's speed
+//! drifts), and the policy's cost model already expects the drafts it chooses to pay; so the
+//! guard stops drafting only where drafting measured slower than plain decoding by more than
+//! the standard error of the difference, and an exploration that would overturn the verdict on
+//! a difference within that margin goes on measuring (up to [`MAX_EXPLORATION_STEPS`]) first.
 //! A batch size seen for the first time starts from the verdict of the nearest batch size that
 //! has one; in a new engine the two modes take turns until both are measured.
 //!
@@ -34,6 +40,13 @@ const EXPLORE_EVERY: u64 = 16;
 /// Most steps between two explorations.
 const MAX_EXPLORE_INTERVAL: u64 = 256;
 
+/// How many standard errors of the difference drafting must measure slower than plain
+/// decoding before the guard stops it.
+const SLOWER_BY_STANDARD_ERRORS: f64 = 1.0;
+
+/// Most steps an exploration measures while its difference is within the margin.
+const MAX_EXPLORATION_STEPS: u32 = 32;
+
 /// What the guard lets the policy do in the coming step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Allowance {
@@ -56,11 +69,14 @@ pub(crate) struct DecodeStep {
     pub seconds: f64,
 }
 
-/// Smoothed tokens and seconds of one mode's steps.
+/// Smoothed tokens and seconds of one mode's steps, and the smoothed mean and variance of
+/// single steps' tokens per second (for the standard error of the rate).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 struct Rate {
     tokens: f64,
     seconds: f64,
+    step_rate: f64,
+    step_rate_variance: f64,
     steps: u32,
 }
 
@@ -72,6 +88,17 @@ impl Rate {
         let weight = SMOOTHING.max(1.0 / f64::from(self.steps));
         self.tokens += weight * (tokens - self.tokens);
         self.seconds += weight * (seconds - self.seconds);
+        let deviation = tokens / seconds - self.step_rate;
+        self.step_rate += weight * deviation;
+        self.step_rate_variance =
+            (1.0 - weight) * (self.step_rate_variance + weight * deviation * deviation);
+    }
+
+    /// The squared standard error of [`Rate::per_second`]: the variance of single steps over
+    /// the number of steps the smoothing averages (about `2 / SMOOTHING`), less one.
+    fn variance_of_mean(&self) -> f64 {
+        let averaged = f64::from(self.steps).min((2.0 - SMOOTHING) / SMOOTHING);
+        self.step_rate_variance / (averaged - 1.0).max(1.0)
     }
 
     /// Tokens per second, once measured often enough.
@@ -87,7 +114,7 @@ struct BatchRates {
     drafting: Rate,
     plain: Rate,
     decided: u64,
-    /// The faster mode at the last exploration (or when both were first measured); it holds
+    /// The mode judged faster at the last exploration (or when both were first measured); it holds
     /// until the next exploration, so that the smoothed rate of the running mode, which moves
     /// from step to step while the other's stands still, cannot switch modes by chance.
     verdict: Option<Allowance>,
@@ -108,24 +135,31 @@ impl BatchRates {
             self.settle(verdict, EXPLORE_EVERY);
         }
         let Some(verdict) = self.verdict else {
-            return match (self.drafting.per_second(), self.plain.per_second()) {
-                (Some(drafting), Some(plain)) => {
-                    let faster = faster(drafting, plain);
-                    self.settle(faster, EXPLORE_EVERY);
-                    faster
-                }
-                // The mode with fewer measured steps goes next.
-                (Some(_), None) => Allowance::Plain,
-                (None, Some(_)) => Allowance::Draft,
-                (None, None) if self.plain.steps < self.drafting.steps => Allowance::Plain,
-                (None, None) => Allowance::Draft,
+            if let Some(judgement) = judge(&self.drafting, &self.plain) {
+                self.settle(judgement.verdict, EXPLORE_EVERY);
+                return judgement.verdict;
+            }
+            // The mode with fewer measured steps goes next.
+            return if self.plain.steps < self.drafting.steps {
+                Allowance::Plain
+            } else {
+                Allowance::Draft
             };
         };
         let explored = verdict.other();
         if self.exploring {
-            return match (self.drafting.per_second(), self.plain.per_second()) {
-                (Some(drafting), Some(plain)) => {
-                    let faster = faster(drafting, plain);
+            let explored_steps = self.rate_mut(explored).steps;
+            return match judge(&self.drafting, &self.plain) {
+                // Overturning a verdict on a difference within the margin needs more steps.
+                Some(judgement)
+                    if !judgement.clear
+                        && judgement.verdict != verdict
+                        && explored_steps < MAX_EXPLORATION_STEPS =>
+                {
+                    explored
+                }
+                Some(judgement) => {
+                    let faster = judgement.verdict;
                     let interval = if verdict == faster {
                         (self.interval * 2).min(MAX_EXPLORE_INTERVAL)
                     } else {
@@ -134,8 +168,9 @@ impl BatchRates {
                     self.exploring = false;
                     self.settle(faster, interval);
                     tracing::trace!(
-                        drafting_tokens_per_s = drafting,
-                        plain_tokens_per_s = plain,
+                        drafting_tokens_per_s = self.drafting.per_second(),
+                        plain_tokens_per_s = self.plain.per_second(),
+                        explored_steps,
                         verdict = ?faster,
                         "goodput guard explored"
                     );
@@ -227,13 +262,30 @@ impl GoodputGuard {
     }
 }
 
-/// The faster mode by measured tokens per second.
-fn faster(drafting: f64, plain: f64) -> Allowance {
-    if drafting >= plain {
-        Allowance::Draft
-    } else {
+/// What the measured rates of the two modes say.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Judgement {
+    /// Plain decoding where drafting measured slower by more than the margin, else drafting.
+    verdict: Allowance,
+    /// Whether the difference lies outside the margin (either way).
+    clear: bool,
+}
+
+/// Judges the two modes once both are measured: the margin is [`SLOWER_BY_STANDARD_ERRORS`]
+/// standard errors of the difference of their rates.
+fn judge(drafting: &Rate, plain: &Rate) -> Option<Judgement> {
+    let difference = drafting.per_second()? - plain.per_second()?;
+    let margin =
+        SLOWER_BY_STANDARD_ERRORS * (drafting.variance_of_mean() + plain.variance_of_mean()).sqrt();
+    let verdict = if difference < -margin {
         Allowance::Plain
-    }
+    } else {
+        Allowance::Draft
+    };
+    Some(Judgement {
+        verdict,
+        clear: difference.abs() > margin,
+    })
 }
 
 impl Allowance {
@@ -429,6 +481,59 @@ mod tests {
             drafted * 100 <= steps * 10,
             "{drafted} of {steps} steps drafted"
         );
+    }
+
+    /// Pseudo-random numbers in [0, 1) from a fixed seed (a linear congruential generator).
+    struct Noise(u64);
+
+    impl Noise {
+        fn next(&mut self) -> f64 {
+            self.0 = self
+                .0
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (self.0 >> 11) as f64 / (1u64 << 53) as f64
+        }
+    }
+
+    /// Runs 2,000 steps of one request drafting one token, accepted with probability
+    /// `acceptance`, in `seconds` per drafting step against `plain_seconds` per plain step,
+    /// every step's time varying by up to 10% either way; returns the drafting steps.
+    fn run_jittered(acceptance: f64, seconds: f64, plain_seconds: f64) -> usize {
+        let mut guard = GoodputGuard::default();
+        let mut noise = Noise(7);
+        let mut drafted = 0;
+        for _ in 0..2000 {
+            let drafts = guard.allowance(1) == Allowance::Draft;
+            drafted += usize::from(drafts);
+            let jitter = 0.9 + 0.2 * noise.next();
+            let (tokens, seconds) = match drafts {
+                true => (1 + usize::from(noise.next() < acceptance), seconds * jitter),
+                false => (1, plain_seconds * jitter),
+            };
+            guard.observe_draft_call(0.0);
+            guard.observe_decode(&DecodeStep {
+                num_running: 1,
+                verified_drafts: drafts,
+                tokens,
+                seconds,
+            });
+        }
+        drafted
+    }
+
+    #[test]
+    fn a_small_gain_measured_through_noisy_steps_keeps_drafting() {
+        // 1.32 tokens per 0.049 s against 1 per 0.0395 s: 6% more tokens per second.
+        let drafted = run_jittered(0.32, 0.049, 0.0395);
+        assert!(drafted >= 1800, "{drafted} of 2000 steps drafted");
+    }
+
+    #[test]
+    fn a_small_loss_measured_through_noisy_steps_is_stopped() {
+        // 1.32 tokens per 0.058 s against 1 per 0.0395 s: 10% fewer tokens per second.
+        let drafted = run_jittered(0.32, 0.058, 0.0395);
+        assert!(drafted <= 300, "{drafted} of 2000 steps drafted");
     }
 
     #[test]

@@ -7,9 +7,10 @@
 //! the same number, and the best fixed k of every drafter with one request in flight.
 //!
 //! Configurations compared with each other run as a group: their engines share one copy of the
-//! weights, are all started and warmed up, then timed in turn for `--rounds` rounds, and every
-//! figure is a median over the rounds, so that neither the machine's slow drifts nor where in
-//! memory an engine's weights landed decide a comparison.
+//! weights, are all started and warmed up, then timed in turn for `--rounds` rounds (each
+//! round starting one configuration later), and every figure is a median over the rounds, so
+//! that neither the machine's slow drifts nor where in memory an engine's weights landed decide
+//! a comparison.
 //!
 //! ```text
 //! cargo xtask bench spec [-- --draft DIR --draft-eagle3 DIR --k 3 --num-prompts 8
@@ -456,8 +457,12 @@ fn run_group(
             token_ids: Vec::new(),
         })
         .collect();
+    let count = group.len();
     for round in 0..args.rounds {
-        for ((llm, config), row) in engines.iter_mut().zip(group).zip(&mut rows) {
+        // Each round starts one configuration later, so that no configuration always runs
+        // right after the same neighbour (the machine's speed drifts within a round).
+        for index in (0..count).map(|i| (i + round) % count) {
+            let (llm, config, row) = (&mut engines[index], &group[index], &mut rows[index]);
             progress.set_message(format!("{} (round {})", config.name, round + 1));
             let prompts = builtin_chat_prompts(config.workload.num_prompts);
             let before = llm.get_metrics();

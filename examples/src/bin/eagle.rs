@@ -13,10 +13,10 @@ use aquila_examples::paths::default_model_dir;
 use aquila_examples::prompts::{builtin_chat_prompts, read_prompts_file};
 use aquila_examples::report::SpecDecodeReport;
 use aquila_examples::speculative_options::SpeculativeOptions;
-use aquila_metrics::MetricsServer;
+use aquila_metrics::{MetricsServer, Snapshot};
 use clap::Parser;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Speculative decoding with EAGLE on the default model.
 #[derive(Parser, Debug)]
@@ -48,6 +48,12 @@ struct Args {
     /// Also run without speculation: print the speedup and how many outputs match.
     #[arg(long)]
     compare_baseline: bool,
+    /// Timed rounds of `--compare-baseline`: the speculative engine and the plain engine (on
+    /// the same weights) take turns, alternating which goes first, and the speedup is the
+    /// median of the rounds' ratios, so that the machine's drifts do not decide it. The first
+    /// round includes what each engine learns as it starts (the adaptive policy's costs).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
     /// Write the metrics snapshot of the speculative run as JSON.
     #[arg(long)]
     metrics_json: Option<PathBuf>,
@@ -100,24 +106,6 @@ fn engine_config(
     config
 }
 
-/// Runs `generate` and returns the outputs, the wall time and the snapshot delta.
-fn timed_generate(
-    llm: &mut Llm,
-    prompts: &[Prompt],
-    params: &SamplingParams,
-) -> Result<(
-    Vec<RequestOutput>,
-    std::time::Duration,
-    aquila_metrics::Snapshot,
-)> {
-    let before = llm.get_metrics();
-    let start = Instant::now();
-    let outputs = llm.generate(prompts.to_vec(), params)?;
-    let wall = start.elapsed();
-    let delta = llm.get_metrics().delta(&before)?;
-    Ok((outputs, wall, delta))
-}
-
 fn main() -> Result<()> {
     aquila_examples::init_tracing();
     let args = Args::parse();
@@ -165,6 +153,14 @@ fn main() -> Result<()> {
         args.max_tokens
     );
 
+    let rounds = if args.compare_baseline {
+        args.rounds
+    } else {
+        1
+    };
+    if rounds == 0 {
+        bail!("--rounds must be positive");
+    }
     let mut llm = Llm::new(engine_config(&args, &model_dir, device, Some(speculative)))?;
     let _server = match &args.serve_metrics {
         Some(addr) => {
@@ -174,12 +170,32 @@ fn main() -> Result<()> {
         }
         None => None,
     };
-    let (outputs, wall, delta) = timed_generate(&mut llm, &prompts, &params)?;
-    let namespace = llm.metrics_namespace();
-    let report = SpecDecodeReport::from_snapshot(&delta, namespace, wall);
+    let mut baseline = match args.compare_baseline {
+        true => Some(Llm::sharing_weights_with(
+            &llm,
+            engine_config(&args, &model_dir, device, None),
+        )?),
+        false => None,
+    };
+    let speculative_before = llm.get_metrics();
+    let baseline_before = baseline.as_ref().map(Llm::get_metrics);
+    let mut speculative_runs = Vec::with_capacity(rounds);
+    let mut baseline_runs = Vec::with_capacity(rounds);
+    for round in 0..rounds {
+        let baseline_first = round % 2 == 1;
+        if let (true, Some(baseline)) = (baseline_first, baseline.as_mut()) {
+            baseline_runs.push(timed_generate(baseline, &prompts, &params)?);
+        }
+        speculative_runs.push(timed_generate(&mut llm, &prompts, &params)?);
+        if let (false, Some(baseline)) = (baseline_first, baseline.as_mut()) {
+            baseline_runs.push(timed_generate(baseline, &prompts, &params)?);
+        }
+    }
+    let report = combined_report(&llm, &speculative_before, &speculative_runs)?;
+    let outputs = &speculative_runs[0].outputs;
 
     if args.print_outputs {
-        for output in &outputs {
+        for output in outputs {
             println!("{}", "-".repeat(50));
             println!("request {}: {:?}", output.request_id, output.text);
         }
@@ -192,29 +208,42 @@ fn main() -> Result<()> {
         println!("metrics snapshot written to {}", path.display());
     }
     if let Some(path) = &args.output_json {
-        let json = serde_json::to_string_pretty(&outputs)?;
+        let json = serde_json::to_string_pretty(outputs)?;
         std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
         println!("outputs written to {}", path.display());
     }
 
-    if args.compare_baseline {
-        let mut baseline = Llm::new(engine_config(&args, &model_dir, device, None))?;
-        let (base_outputs, base_wall, base_delta) =
-            timed_generate(&mut baseline, &prompts, &params)?;
-        let base_report = SpecDecodeReport::from_snapshot(&base_delta, namespace, base_wall);
-        let matching = outputs
+    if let (Some(baseline), Some(before)) = (&baseline, &baseline_before) {
+        let base_report = combined_report(baseline, before, &baseline_runs)?;
+        // Outputs are compared within each round; the worst round is reported.
+        let matching = speculative_runs
             .iter()
-            .zip(&base_outputs)
-            .filter(|(spec, base)| spec.token_ids == base.token_ids)
-            .count();
+            .zip(&baseline_runs)
+            .map(|(spec, base)| {
+                spec.outputs
+                    .iter()
+                    .zip(&base.outputs)
+                    .filter(|(spec, base)| spec.token_ids == base.token_ids)
+                    .count()
+            })
+            .min()
+            .unwrap_or(0);
+        let ratios: Vec<f64> = speculative_runs
+            .iter()
+            .zip(&baseline_runs)
+            .map(|(spec, base)| base.wall.as_secs_f64() / spec.wall.as_secs_f64().max(f64::EPSILON))
+            .collect();
         println!(
             "baseline: {:.2} s, {:.1} output tokens/s",
-            base_wall.as_secs_f64(),
+            base_report.wall_time.as_secs_f64(),
             base_report.output_tokens_per_second()
         );
+        let per_round: Vec<String> = ratios.iter().map(|r| format!("{r:.2}x")).collect();
         println!(
-            "speedup: {:.2}x",
-            base_wall.as_secs_f64() / wall.as_secs_f64().max(f64::EPSILON)
+            "speedup: {:.2}x (median of {} rounds: {})",
+            median(ratios.clone()),
+            ratios.len(),
+            per_round.join(", ")
         );
         println!("baseline match: {matching}/{}", outputs.len());
         if args.temperature == 0.0 && matching != outputs.len() {
@@ -224,4 +253,44 @@ fn main() -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// One timed `generate`: its outputs and wall time.
+struct TimedRun {
+    outputs: Vec<RequestOutput>,
+    wall: Duration,
+}
+
+/// The report of `runs` of `llm` taken together: its metrics since `before` (taken before the
+/// first of them; the other engine's runs between them do not touch its metrics) and the sum
+/// of their wall times.
+fn combined_report(llm: &Llm, before: &Snapshot, runs: &[TimedRun]) -> Result<SpecDecodeReport> {
+    let delta = llm.get_metrics().delta(before)?;
+    let wall = runs.iter().map(|run| run.wall).sum();
+    Ok(SpecDecodeReport::from_snapshot(
+        &delta,
+        llm.metrics_namespace(),
+        wall,
+    ))
+}
+
+/// The median of `values` (the mean of the middle two for an even count).
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    match values.len() {
+        0 => 0.0,
+        n if n % 2 == 0 => (values[mid - 1] + values[mid]) / 2.0,
+        _ => values[mid],
+    }
+}
+
+/// Runs `generate` and returns its outputs and wall time.
+fn timed_generate(llm: &mut Llm, prompts: &[Prompt], params: &SamplingParams) -> Result<TimedRun> {
+    let start = Instant::now();
+    let outputs = llm.generate(prompts.to_vec(), params)?;
+    Ok(TimedRun {
+        outputs,
+        wall: start.elapsed(),
+    })
 }
