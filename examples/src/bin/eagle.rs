@@ -52,7 +52,7 @@ struct Args {
     /// the same weights) take turns, alternating which goes first, and the speedup is the
     /// median of the rounds' ratios, so that the machine's drifts do not decide it. The first
     /// round includes what each engine learns as it starts (the adaptive policy's costs).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 5)]
     rounds: usize,
     /// Write the metrics snapshot of the speculative run as JSON.
     #[arg(long)]
