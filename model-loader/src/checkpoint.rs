@@ -163,12 +163,25 @@ impl Checkpoint {
     }
 
     /// Reads a floating-point tensor (`F32`, `F16`, `BF16` or `F64`) as `f32`, row-major.
+    ///
+    /// The tensor is converted a few MiB at a time, and the file pages of each piece are
+    /// released once converted, so that reading a large tensor (a 113 MB embedding table)
+    /// never holds both its file pages and its `f32` copy in memory.
     pub fn read_f32(&self, name: &str) -> Result<Vec<f32>, CheckpointError> {
+        /// Source bytes converted at a time (a multiple of every element size).
+        const PIECE: usize = 8 << 20;
         let (shard, location) = self.locate(name)?;
-        let values = convert::to_f32(location.dtype, shard.bytes(location))
-            .ok_or_else(|| unsupported(shard, name, location, "a floating-point type"));
-        shard.release(location);
-        values
+        let bytes = shard.bytes(location);
+        let mut values = Vec::with_capacity(bytes.len() * 8 / location.dtype.bitsize().max(1));
+        for (index, piece) in bytes.chunks(PIECE).enumerate() {
+            let converted = convert::to_f32(location.dtype, piece)
+                .ok_or_else(|| unsupported(shard, name, location, "a floating-point type"))?;
+            values.extend_from_slice(&converted);
+            // From the tensor's start, so that the pages pieces share are released too.
+            let end = location.bytes.start + index * PIECE + piece.len();
+            shard.release(&(location.bytes.start..end));
+        }
+        Ok(values)
     }
 
     /// Reads a floating-point matrix stored `[rows, cols]` as `f32` in `[cols, rows]` order

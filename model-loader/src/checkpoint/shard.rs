@@ -77,16 +77,16 @@ impl Shard {
         &self.map[location.bytes.clone()]
     }
 
-    /// Lets the kernel drop the resident pages of a tensor that has been read (the whole pages
-    /// inside its range), so that a loaded model does not also keep its file's pages: they
+    /// Lets the kernel drop the resident pages of `bytes` of the file once read (the whole
+    /// pages inside the range), so that a loaded model does not also keep its file's pages: they
     /// count in the process's resident memory for as long as the map lives. Reading the
     /// tensor again reads the file again. Best effort: a refusal changes nothing.
-    pub(crate) fn release(&self, location: &TensorLocation) {
+    pub(crate) fn release(&self, bytes: &Range<usize>) {
         #[cfg(unix)]
         {
             const PAGE: usize = 4096;
-            let start = location.bytes.start.next_multiple_of(PAGE);
-            let end = location.bytes.end / PAGE * PAGE;
+            let start = bytes.start.next_multiple_of(PAGE);
+            let end = bytes.end / PAGE * PAGE;
             if end > start {
                 // SAFETY: the map is a private read-only file mapping: dropping its pages only
                 // makes the next access read them from the file again, with the same contents.
@@ -100,6 +100,6 @@ impl Shard {
             }
         }
         #[cfg(not(unix))]
-        let _ = location;
+        let _ = bytes;
     }
 }

@@ -149,3 +149,25 @@ fn strict_reader_accepts_an_exact_match() {
     assert!(skipping.f32("b", &[4]).is_some());
     skipping.finish().unwrap();
 }
+
+#[test]
+fn a_tensor_larger_than_one_conversion_piece_reads_whole_and_again() {
+    // 2.5 M f32 values (10 MB) and 5 M bf16 ones (also 10 MB): read in several pieces, each
+    // piece's file pages released after conversion; a second read sees the same values.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("large.safetensors");
+    let wide: Vec<f32> = (0..2_500_000).map(|i| (i % 1000) as f32 - 500.0).collect();
+    let long: Vec<f32> = (0..5_000_000).map(|i| (i % 256) as f32).collect();
+    let tensors = vec![
+        NamedTensor::float("small", &[3], &[1.0, 2.0, 3.0], FloatType::F32),
+        NamedTensor::float("wide", &[2_500_000], &wide, FloatType::F32),
+        NamedTensor::float("long", &[5_000_000], &long, FloatType::BF16),
+    ];
+    write_safetensors(&path, &tensors).unwrap();
+    let ckpt = Checkpoint::open(&path).unwrap();
+    for _ in 0..2 {
+        assert_eq!(ckpt.read_f32("wide").unwrap(), wide);
+        assert_eq!(ckpt.read_f32("long").unwrap(), long);
+        assert_eq!(ckpt.read_f32("small").unwrap(), vec![1.0, 2.0, 3.0]);
+    }
+}
