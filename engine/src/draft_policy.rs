@@ -12,7 +12,7 @@
 //! failing (where failures persist, as with n-gram lookups) stop drafting and are probed with
 //! one draft token now and then. A [`GoodputGuard`] checks the model against the tokens per
 //! second drafting steps actually delivered, and stops drafting at batch sizes where it
-//! delivered less than plain decoding.
+//! delivered clearly less than plain decoding.
 
 use crate::acceptance::{AcceptanceEstimate, AcceptancePrior};
 use crate::config::DraftLength;

@@ -3,8 +3,8 @@
 //! steps that did not.
 //!
 //! The policy's cost model predicts what a draft costs; this guard measures what drafting
-//! actually delivered. Where drafting has delivered fewer tokens per second than plain decoding
-//! at the current batch size, nobody drafts, except on an exploration step now and then that
+//! actually delivered. Where drafting has delivered clearly fewer tokens per second than plain
+//! decoding at the current batch size (see below), nobody drafts, except on an exploration step now and then that
 //! lets the policy choose again, so both figures stay current (machines and workloads change).
 //! Between explorations the verdict holds. An exploration measures the slower mode afresh for
 //! a few steps and compares again; each that confirms the verdict doubles the wait for the next
