@@ -4,8 +4,9 @@
 //!
 //! The policy's cost model predicts what a draft costs; this guard measures what drafting
 //! actually delivered. Where drafting has delivered clearly fewer tokens per second than plain
-//! decoding at the current batch size (see below), nobody drafts, except on an exploration step now and then that
-//! lets the policy choose again, so both figures stay current (machines and workloads change).
+//! decoding at the current batch size (see below), nobody drafts, except on an exploration step
+//! now and then that lets the policy choose again, so both figures stay current (machines and
+//! workloads change).
 //! Between explorations the verdict holds. An exploration measures the slower mode afresh for
 //! a few steps and compares again; each that confirms the verdict doubles the wait for the next
 //! one, so a clear verdict costs little to keep checking.
@@ -114,8 +115,8 @@ struct BatchRates {
     drafting: Rate,
     plain: Rate,
     decided: u64,
-    /// The mode judged faster at the last exploration (or when both were first measured); it holds
-    /// until the next exploration, so that the smoothed rate of the running mode, which moves
+    /// The mode judged faster at the last exploration (or when both were first measured); it
+    /// holds until the next exploration, so that the smoothed rate of the running mode, which moves
     /// from step to step while the other's stands still, cannot switch modes by chance.
     verdict: Option<Allowance>,
     /// Whether the mode other than the verdict is being measured afresh.

@@ -3,8 +3,8 @@
 //! Runnable programs that show Aquila end to end (`eagle`, `serve`, `generate`, `import-model`,
 //! `bench`, `bench-spec`, `train-eagle`, `gpu-check`), and the small pieces they share: `--device`
 //! and `--dtype` ([`device`]), reading prompt files, the built-in prompt set, locating the
-//! workspace's model directory, and the speculative-decoding report computed from a metrics
-//! snapshot.
+//! workspace's model directory, the speculative-decoding report computed from a metrics
+//! snapshot, and the median of repeated timings ([`stats`]).
 #![warn(missing_docs)]
 
 pub mod corpus;
@@ -15,6 +15,7 @@ pub mod paths;
 pub mod prompts;
 pub mod report;
 pub mod speculative_options;
+pub mod stats;
 pub mod train_prompts;
 pub mod training;
 

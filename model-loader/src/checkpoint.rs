@@ -173,13 +173,15 @@ impl Checkpoint {
         let (shard, location) = self.locate(name)?;
         let bytes = shard.bytes(location);
         let mut values = Vec::with_capacity(bytes.len() * 8 / location.dtype.bitsize().max(1));
+        // Released so far: up to the page that the next piece shares with this one.
+        let mut released_from = location.bytes.start;
         for (index, piece) in bytes.chunks(PIECE).enumerate() {
             let converted = convert::to_f32(location.dtype, piece)
                 .ok_or_else(|| unsupported(shard, name, location, "a floating-point type"))?;
             values.extend_from_slice(&converted);
-            // From the tensor's start, so that the pages pieces share are released too.
             let end = location.bytes.start + index * PIECE + piece.len();
-            shard.release(&(location.bytes.start..end));
+            shard.release(&(released_from..end));
+            released_from = (end / shard::PAGE * shard::PAGE).max(location.bytes.start);
         }
         Ok(values)
     }

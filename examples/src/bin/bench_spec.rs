@@ -27,6 +27,7 @@ use aquila_examples::heads;
 use aquila_examples::paths::default_model_dir;
 use aquila_examples::prompts::builtin_chat_prompts;
 use aquila_examples::report::SpecDecodeReport;
+use aquila_examples::stats::median;
 use aquila_model_loader::backend::KernelBackend;
 use aquila_model_loader::model::{FeatureTap, ForwardBatch, LlamaModel, SequenceInput};
 use burn::module::Module;
@@ -399,28 +400,15 @@ fn print_row(row: &Row, reference: &Row) {
     );
 }
 
-/// The median of `values` (the mean of the middle two for an even count; 0 when empty).
-fn median(mut values: Vec<f64>) -> f64 {
-    if values.is_empty() {
-        return 0.0;
-    }
-    values.sort_by(f64::total_cmp);
-    let mid = values.len() / 2;
-    if values.len().is_multiple_of(2) {
-        (values[mid - 1] + values[mid]) / 2.0
-    } else {
-        values[mid]
-    }
-}
-
 fn ms(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1e3
 }
 
 /// Runs a group of configurations side by side, on one shared copy of the weights: every
-/// engine is started and warmed up on its whole workload (so that the adaptive policy has measured its costs at this number in
-/// flight), then each round times every engine once, in turn, so that slow drifts of the
-/// machine fall on all of them alike.
+/// engine is started and warmed up on its whole workload (so that the adaptive policy has
+/// measured its costs at this number in flight), then each round times every engine once, in
+/// turn (each round starting one engine later), so that slow drifts of the machine fall on all
+/// of them alike.
 fn run_group(
     model: &Path,
     device: DeviceChoice,

@@ -13,6 +13,7 @@ use aquila_examples::paths::default_model_dir;
 use aquila_examples::prompts::{builtin_chat_prompts, read_prompts_file};
 use aquila_examples::report::SpecDecodeReport;
 use aquila_examples::speculative_options::SpeculativeOptions;
+use aquila_examples::stats::median;
 use aquila_metrics::{MetricsServer, Snapshot};
 use clap::Parser;
 use std::path::{Path, PathBuf};
@@ -272,17 +273,6 @@ fn combined_report(llm: &Llm, before: &Snapshot, runs: &[TimedRun]) -> Result<Sp
         llm.metrics_namespace(),
         wall,
     ))
-}
-
-/// The median of `values` (the mean of the middle two for an even count).
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let mid = values.len() / 2;
-    match values.len() {
-        0 => 0.0,
-        n if n % 2 == 0 => (values[mid - 1] + values[mid]) / 2.0,
-        _ => values[mid],
-    }
 }
 
 /// Runs `generate` and returns its outputs and wall time.

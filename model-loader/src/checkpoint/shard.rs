@@ -7,6 +7,9 @@ use std::fs::File;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
+/// Size of the pages [`Shard::release`] drops (whole pages inside a range only).
+pub(crate) const PAGE: usize = 4096;
+
 /// Where one tensor lives in a shard.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct TensorLocation {
@@ -78,13 +81,12 @@ impl Shard {
     }
 
     /// Lets the kernel drop the resident pages of `bytes` of the file once read (the whole
-    /// pages inside the range), so that a loaded model does not also keep its file's pages: they
-    /// count in the process's resident memory for as long as the map lives. Reading the
+    /// pages inside the range), so that a loaded model does not also keep its file's pages:
+    /// they count in the process's resident memory for as long as the map lives. Reading the
     /// tensor again reads the file again. Best effort: a refusal changes nothing.
     pub(crate) fn release(&self, bytes: &Range<usize>) {
         #[cfg(unix)]
         {
-            const PAGE: usize = 4096;
             let start = bytes.start.next_multiple_of(PAGE);
             let end = bytes.end / PAGE * PAGE;
             if end > start {
