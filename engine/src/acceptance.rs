@@ -3,6 +3,8 @@
 //! request's own deviation from it that persists ([`AcceptancePrior`]); and the probing of
 //! requests that stopped drafting because their drafts kept failing.
 
+use std::ops::Range;
+
 /// Weight of one verification outcome in a request's estimate: a few unlucky verifications of
 /// a useful drafter (acceptance about a third) must not stop its drafts, while one that never
 /// succeeds stops within about ten.
@@ -76,12 +78,18 @@ impl AcceptanceEstimate {
     /// Takes in one verification of `fed` draft rows of which `accepted` (1-based rows, in any
     /// order) were accepted.
     pub fn observe(&mut self, fed: usize, accepted: &[usize]) {
-        smooth(&mut self.rates, fed, accepted, REQUEST_SMOOTHING);
+        smooth(&mut self.rates, 0..fed, accepted, REQUEST_SMOOTHING);
         if accepted.is_empty() {
             self.probe_interval = (self.probe_interval * 2).min(MAX_PROBE_INTERVAL);
         } else {
             self.probe_interval = FIRST_PROBE_INTERVAL;
         }
+    }
+
+    /// Takes in draft rows (0-based `rows`) that a confidence-gated chain did not reach: they
+    /// count as rejected.
+    pub fn observe_unreached(&mut self, rows: Range<usize>) {
+        smooth(&mut self.rates, rows, &[], REQUEST_SMOOTHING);
     }
 
     /// Records whether the request drafts in the coming step; returns whether a request that
@@ -180,24 +188,29 @@ impl AcceptancePrior {
         }
     }
 
-    /// Takes in one verification of `request`, made before `request` takes it in (see
+    /// Takes in the outcomes of the 0-based draft `rows` of `request` (1-based rows
+    /// `accepted` were accepted, the others not), before `request` takes them in (see
     /// [`AcceptanceEstimate::observe`]).
-    pub fn observe(&mut self, request: &AcceptanceEstimate, fed: usize, accepted: &[usize]) {
-        for (index, (&rate, &own)) in self.rates.iter().zip(&request.rates).enumerate().take(fed) {
+    pub fn observe(
+        &mut self,
+        request: &AcceptanceEstimate,
+        rows: Range<usize>,
+        accepted: &[usize],
+    ) {
+        let rows = rows.start..rows.end.min(self.rates.len());
+        for index in rows.clone() {
+            let rate = self.rates[index];
+            let own = request.rates[index];
             self.moments
                 .observe(own - rate, outcome(index, accepted) - rate);
         }
         // The optimistic start is a guess: the first outcomes of each row weigh alike, so the
         // estimate is their mean until it is smoothed.
-        for (index, (rate, count)) in self
-            .rates
-            .iter_mut()
-            .zip(&mut self.counts)
-            .enumerate()
-            .take(fed)
-        {
+        for index in rows {
+            let count = &mut self.counts[index];
             *count += 1;
             let weight = PRIOR_SMOOTHING.max(1.0 / *count as f64);
+            let rate = &mut self.rates[index];
             *rate += weight * (outcome(index, accepted) - *rate);
         }
     }
@@ -250,9 +263,12 @@ fn outcome(index: usize, accepted: &[usize]) -> f64 {
 }
 
 /// Moves `rates[j - 1]` towards 1 (row `j` in `accepted`) or 0, for every fed row `j`.
-fn smooth(rates: &mut [f64], fed: usize, accepted: &[usize], weight: f64) {
-    for (index, rate) in rates.iter_mut().enumerate().take(fed) {
-        *rate += weight * (outcome(index, accepted) - *rate);
+/// Moves the rates of the 0-based `rows` toward their outcomes (1-based rows `accepted`).
+fn smooth(rates: &mut [f64], rows: Range<usize>, accepted: &[usize], weight: f64) {
+    let end = rows.end.min(rates.len());
+    let start = rows.start.min(end);
+    for (index, rate) in rates[start..end].iter_mut().enumerate() {
+        *rate += weight * (outcome(start + index, accepted) - *rate);
     }
 }
 
@@ -330,7 +346,7 @@ mod tests {
         assert!(prior.drafter_useful(), "a new engine tries its drafter");
         for _ in 0..100 {
             let request = prior.estimate();
-            prior.observe(&request, 2, &[]);
+            prior.observe(&request, 0..2, &[]);
         }
         assert!(!prior.drafter_useful());
     }
@@ -351,7 +367,7 @@ mod tests {
         assert_close(&prior.estimate().rates, &[0.6, 0.36]);
         for _ in 0..200 {
             let request = prior.estimate();
-            prior.observe(&request, 2, &[]);
+            prior.observe(&request, 0..2, &[]);
         }
         assert!(prior.estimate().gains()[0] < 0.01);
     }
@@ -369,7 +385,7 @@ mod tests {
             let mut estimate = prior.estimate();
             for s in 0..steps {
                 let rows: &[usize] = if accepted(r, s) { &[1] } else { &[] };
-                prior.observe(&estimate, 1, rows);
+                prior.observe(&estimate, 0..1, rows);
                 estimate.observe(1, rows);
             }
             last = estimate;

@@ -184,7 +184,11 @@ pub enum DraftLength {
     /// Every step, each request drafts the number of tokens (0 up to the maximum) that
     /// maximizes the engine's expected output tokens per second, from the engine's own step
     /// timings and each request's acceptance so far: large batches draft less or not at all,
-    /// a request whose drafts keep failing stops drafting (and is probed now and then).
+    /// a request whose drafts keep failing stops drafting (and is probed now and then). Where
+    /// the drafter reports its confidence in each token (EAGLE chains, n-gram lookups), a
+    /// chain ends at the first token whose calibrated chance of being reached and accepted no
+    /// longer pays for its verification row and drafting step (not with a minimum: chains are
+    /// never cut below `min_draft_tokens`).
     Adaptive {
         /// Fewest draft tokens per request and step (0 lets a request decode plainly).
         min_draft_tokens: usize,

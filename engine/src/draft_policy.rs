@@ -13,6 +13,18 @@
 //! one draft token now and then. A [`GoodputGuard`] checks the model against the tokens per
 //! second drafting steps actually delivered, and stops drafting at batch sizes where it
 //! delivered clearly less than plain decoding.
+//!
+//! A drafter that reports its confidence in each token (EAGLE chains, n-gram lookups) is gated
+//! per token unless a minimum draft length is set: once the policy's [`ConfidenceCalibration`]
+//! has seen enough verification outcomes, a drafting request may draft up to its cap, and its
+//! chain ends where the next token's calibrated path probability no longer covers the marginal
+//! cost of its verification row and drafting step, valued at the step's expected tokens per
+//! second ([`StopThresholds`]). Draft rows a gated
+//! chain did not reach count as rejected in the acceptance estimates, which therefore measure
+//! the gain of allowing a row. Where drafting itself costs next to nothing (lookups), every
+//! request asks for a gated chain, whatever its estimate: the gate decides per token.
+
+use aquila_spec_decode::proposer::{ChainStop, ConfidenceCalibration};
 
 use crate::acceptance::{AcceptanceEstimate, AcceptancePrior};
 use crate::config::DraftLength;
@@ -23,6 +35,12 @@ use crate::step_costs::{StepCosts, StepTiming};
 /// step: the estimates are noisy, and a draft that only seems to pay costs real time.
 const MIN_EXPECTED_GAIN: f64 = 0.03;
 
+/// Verification outcomes of confident drafts the calibration needs before chains are gated.
+const MIN_CALIBRATION_OUTCOMES: u64 = 32;
+
+/// A drafting call that costs less than this share of a one-row forward is free.
+const FREE_DRAFTING_SHARE: f64 = 0.02;
+
 /// One running request about to draft.
 #[derive(Debug)]
 pub(crate) struct DraftCandidate<'a> {
@@ -30,6 +48,38 @@ pub(crate) struct DraftCandidate<'a> {
     pub cap: usize,
     /// Its acceptance estimate (probes are recorded in it).
     pub acceptance: &'a mut AcceptanceEstimate,
+}
+
+/// The expected gains (tokens) a confident chain's next token must reach in the coming step:
+/// the marginal costs of a verification row and of a drafting step, valued at the step's
+/// expected tokens per second.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct StopThresholds {
+    /// Value of one more verification row.
+    pub keep_above: f64,
+    /// Value of one more verification row and drafting step.
+    pub extend_above: f64,
+}
+
+/// The policy's drafting orders for one step.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct DraftPlan {
+    /// Most draft tokens of each candidate, in order.
+    pub lengths: Vec<usize>,
+    /// Per candidate: whether its chain is gated by confidence (not for probes).
+    pub gated: Vec<bool>,
+    /// The thresholds of gated chains; `None` when no chain is gated.
+    pub thresholds: Option<StopThresholds>,
+}
+
+impl DraftPlan {
+    fn ungated(lengths: Vec<usize>) -> Self {
+        Self {
+            gated: vec![false; lengths.len()],
+            lengths,
+            thresholds: None,
+        }
+    }
 }
 
 /// The draft-length policy of one engine.
@@ -43,6 +93,7 @@ pub(crate) struct DraftPolicy {
     costs: StepCosts,
     prior: AcceptancePrior,
     guard: GoodputGuard,
+    calibration: ConfidenceCalibration,
 }
 
 impl DraftPolicy {
@@ -61,6 +112,7 @@ impl DraftPolicy {
             costs: StepCosts::default(),
             prior: AcceptancePrior::new(max_draft_tokens),
             guard: GoodputGuard::default(),
+            calibration: ConfidenceCalibration::new(),
         }
     }
 
@@ -70,15 +122,44 @@ impl DraftPolicy {
     }
 
     /// Takes in one verification of a request's `fed` draft rows, of which the 1-based rows
-    /// `accepted` were accepted.
+    /// `accepted` were accepted; `confidences` are the drafter's for a chain's tokens (empty
+    /// when it gave none).
     pub fn observe_verification(
         &mut self,
         estimate: &mut AcceptanceEstimate,
         fed: usize,
         accepted: &[usize],
+        confidences: &[f32],
     ) {
-        self.prior.observe(estimate, fed, accepted);
+        self.prior.observe(estimate, 0..fed, accepted);
         estimate.observe(fed, accepted);
+        if confidences.len() >= fed {
+            self.calibration
+                .observe_chain(&confidences[..fed], accepted.len());
+        }
+    }
+
+    /// Takes in a gated chain that ended after `drafted` of its `allowed` tokens: the rows it
+    /// did not reach count as rejected.
+    pub fn observe_gated_end(
+        &mut self,
+        estimate: &mut AcceptanceEstimate,
+        drafted: usize,
+        allowed: usize,
+    ) {
+        if drafted < allowed {
+            self.prior.observe(estimate, drafted..allowed, &[]);
+            estimate.observe_unreached(drafted..allowed);
+        }
+    }
+
+    /// The stop rule of gated chains under `thresholds`.
+    pub fn chain_stop(&self, thresholds: StopThresholds) -> ChainStop<'_> {
+        ChainStop {
+            calibration: &self.calibration,
+            keep_above: thresholds.keep_above,
+            extend_above: thresholds.extend_above,
+        }
     }
 
     /// Takes in one step's timings (after its drafting call).
@@ -107,46 +188,75 @@ impl DraftPolicy {
 
     /// The number of tokens each candidate drafts, in order, while `num_running` requests run
     /// and the coming step also feeds `other_rows` rows besides the candidates' roots and
-    /// drafts.
+    /// drafts, and which chains are gated by confidence.
     pub fn choose(
         &mut self,
         num_running: usize,
         other_rows: usize,
         candidates: &mut [DraftCandidate<'_>],
-    ) -> Vec<usize> {
+    ) -> DraftPlan {
         if self.max_batch.is_some_and(|limit| num_running > limit) {
-            return vec![0; candidates.len()];
+            return DraftPlan::ungated(vec![0; candidates.len()]);
         }
         let min_draft_tokens = match self.length {
-            DraftLength::Fixed => return candidates.iter().map(|c| c.cap).collect(),
+            DraftLength::Fixed => {
+                return DraftPlan::ungated(candidates.iter().map(|c| c.cap).collect())
+            }
             DraftLength::Adaptive { min_draft_tokens } => min_draft_tokens,
         };
         if self.guard.allowance(num_running) == Allowance::Plain {
-            return candidates
-                .iter()
-                .map(|c| c.cap.min(min_draft_tokens))
-                .collect();
+            return DraftPlan::ungated(
+                candidates
+                    .iter()
+                    .map(|c| c.cap.min(min_draft_tokens))
+                    .collect(),
+            );
         }
-        let mut lengths = self.best_lengths(other_rows, candidates, min_draft_tokens);
+        let (mut lengths, thresholds) = self.best_lengths(other_rows, candidates, min_draft_tokens);
+        let thresholds = thresholds.filter(|t| {
+            min_draft_tokens == 0
+                && self.calibration.observed() >= MIN_CALIBRATION_OUTCOMES
+                && t.extend_above < self.calibration.mean_acceptance()
+        });
+        let free_gated_drafts = thresholds.is_some() && self.drafting_is_free();
+        let mut gated = vec![false; candidates.len()];
         let drafter_useful = self.prior.drafter_useful();
-        for (length, candidate) in lengths.iter_mut().zip(candidates.iter_mut()) {
+        for ((length, gated), candidate) in lengths.iter_mut().zip(&mut gated).zip(candidates) {
+            let drafts = *length > 0 || (free_gated_drafts && candidate.cap > 0);
             let probe = candidate
                 .acceptance
-                .drafts_or_probes(*length > 0, drafter_useful);
+                .drafts_or_probes(drafts, drafter_useful);
             if probe && candidate.cap > 0 {
                 *length = 1;
+            } else if drafts && thresholds.is_some() {
+                (*length, *gated) = (candidate.cap, true);
             }
         }
-        lengths
+        DraftPlan {
+            lengths,
+            gated,
+            thresholds,
+        }
     }
 
-    /// The lengths that maximize expected tokens per second (all caps before any timing).
+    /// Whether a drafting call costs next to nothing against a forward (lookups): every
+    /// request may then ask for a gated chain, since the gate only lets through the tokens
+    /// that pay for their rows.
+    fn drafting_is_free(&self) -> bool {
+        let Some(forward) = self.costs.forward_curve(1, 0) else {
+            return false;
+        };
+        self.costs.draft(1, 1) < FREE_DRAFTING_SHARE * forward[0]
+    }
+
+    /// The lengths that maximize expected tokens per second (all caps before any timing), and
+    /// the thresholds of confident chains at that choice.
     fn best_lengths(
         &self,
         other_rows: usize,
         candidates: &[DraftCandidate<'_>],
         min_draft_tokens: usize,
-    ) -> Vec<usize> {
+    ) -> (Vec<usize>, Option<StopThresholds>) {
         let floors: Vec<usize> = candidates
             .iter()
             .map(|c| c.cap.min(min_draft_tokens))
@@ -167,8 +277,8 @@ impl DraftPolicy {
             .collect();
         rows.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
         let base_rows = other_rows + candidates.len() + floors.iter().sum::<usize>();
-        let Some(forward) = self.costs.forward_curve(base_rows, rows.len()) else {
-            return candidates.iter().map(|c| c.cap).collect();
+        let Some(forward) = self.costs.forward_curve(base_rows, rows.len() + 1) else {
+            return (candidates.iter().map(|c| c.cap).collect(), None);
         };
         let mut tokens: f64 = floors
             .iter()
@@ -191,13 +301,19 @@ impl DraftPolicy {
             }
         }
         if best_rate < minimum_rate * (1.0 + MIN_EXPECTED_GAIN) {
-            best = 0;
+            (best, best_rate) = (0, minimum_rate);
         }
+        let row = forward[best + 1] - forward[best];
+        let draft_step = self.costs.draft(2, 2) - self.costs.draft(1, 1);
+        let thresholds = StopThresholds {
+            keep_above: row * best_rate,
+            extend_above: (row + draft_step) * best_rate,
+        };
         let mut lengths = floors;
         for &(_, _, request) in &rows[..best] {
             lengths[request] += 1;
         }
-        lengths
+        (lengths, Some(thresholds))
     }
 }
 
@@ -243,7 +359,7 @@ mod tests {
             .iter_mut()
             .map(|acceptance| DraftCandidate { cap, acceptance })
             .collect();
-        policy.choose(running, 0, &mut candidates)
+        policy.choose(running, 0, &mut candidates).lengths
     }
 
     #[test]
@@ -284,7 +400,7 @@ mod tests {
         // The engine has seen every draft accepted, so new requests start out perfect.
         for _ in 0..200 {
             let mut request = policy.new_estimate();
-            policy.observe_verification(&mut request, 4, &[1, 2, 3, 4]);
+            policy.observe_verification(&mut request, 4, &[1, 2, 3, 4], &[]);
         }
         let mut perfect: Vec<AcceptanceEstimate> = (0..8).map(|_| policy.new_estimate()).collect();
         assert_eq!(choose(&mut policy, &mut perfect, 4), vec![4; 8]);
@@ -300,7 +416,7 @@ mod tests {
             let n = choose(&mut policy, std::slice::from_mut(&mut estimate), 3)[0];
             drafted.push(n);
             if n > 0 {
-                policy.observe_verification(&mut estimate, n, &[]);
+                policy.observe_verification(&mut estimate, n, &[], &[]);
             }
         }
         let early: usize = drafted[..20].iter().sum();
@@ -323,8 +439,10 @@ mod tests {
             .zip([3, 1])
             .map(|(acceptance, cap)| DraftCandidate { cap, acceptance })
             .collect();
-        assert_eq!(fixed.choose(running, 0, &mut candidates), vec![3, 1]);
-        assert_eq!(fixed.choose(running + 1, 0, &mut candidates), vec![0, 0]);
+        let plan = fixed.choose(running, 0, &mut candidates);
+        assert_eq!(plan, DraftPlan::ungated(vec![3, 1]));
+        let plan = fixed.choose(running + 1, 0, &mut candidates);
+        assert_eq!(plan, DraftPlan::ungated(vec![0, 0]));
     }
 
     #[test]
@@ -342,5 +460,108 @@ mod tests {
         );
         measured(&mut policy, 25.0, 0, 3.0);
         assert_eq!(choose(&mut policy, &mut bad, 3), vec![2, 2]);
+    }
+
+    /// A policy that has verified `outcomes` chains of one token drafted with confidence 0.9,
+    /// of which `accepted_in_ten` in ten were accepted.
+    fn calibrated(policy: &mut DraftPolicy, outcomes: usize, accepted_in_ten: usize) {
+        for i in 0..outcomes {
+            let mut request = policy.new_estimate();
+            let accepted: &[usize] = if i % 10 < accepted_in_ten { &[1] } else { &[] };
+            policy.observe_verification(&mut request, 1, accepted, &[0.9]);
+        }
+    }
+
+    #[test]
+    fn a_calibrated_drafter_gates_its_chains_up_to_the_cap() {
+        let mut policy = DraftPolicy::new(ADAPTIVE, None, 3, 3);
+        measured(&mut policy, 25.0, 8, 3.0);
+        let mut one = estimates(1, &[0.4, 0.2, 0.1]);
+        let plan = |policy: &mut DraftPolicy, one: &mut [AcceptanceEstimate]| {
+            let mut candidates: Vec<DraftCandidate<'_>> = one
+                .iter_mut()
+                .map(|acceptance| DraftCandidate { cap: 3, acceptance })
+                .collect();
+            policy.choose(1, 0, &mut candidates)
+        };
+        let before = plan(&mut policy, &mut one);
+        assert_eq!(before.thresholds, None, "no outcomes yet: {before:?}");
+        calibrated(&mut policy, 64, 9);
+        let after = plan(&mut policy, &mut one);
+        assert_eq!(
+            (after.lengths.clone(), after.gated.clone()),
+            (vec![3], vec![true])
+        );
+        let t = after.thresholds.expect("gated");
+        // A memory-bound row and free drafting: cheap rows, so low thresholds.
+        assert!(t.keep_above > 0.0 && t.keep_above < 0.1, "{t:?}");
+        assert!(t.extend_above >= t.keep_above);
+        let stop = policy.chain_stop(t);
+        assert!((stop.calibration.acceptance(0.9) - 0.88).abs() < 0.03);
+    }
+
+    #[test]
+    fn a_compute_bound_batch_verifies_only_near_certain_tokens() {
+        let mut policy = DraftPolicy::new(ADAPTIVE, None, 3, 3);
+        measured(&mut policy, 25.0, 1, 3.0);
+        calibrated(&mut policy, 64, 9);
+        let mut plan = |rates: &[f64]| {
+            let mut sixteen = estimates(16, rates);
+            let mut candidates: Vec<DraftCandidate<'_>> = sixteen
+                .iter_mut()
+                .map(|acceptance| DraftCandidate { cap: 3, acceptance })
+                .collect();
+            policy.choose(16, 0, &mut candidates)
+        };
+        // Drafting is free here, so even a poor drafter's requests ask for gated chains.
+        let poor = plan(&[0.4, 0.15, 0.05]);
+        assert!(poor.gated.iter().all(|&g| g), "{poor:?}");
+        let t = poor.thresholds.expect("gated");
+        assert!(t.keep_above > 0.5, "rows cost nearly a token each: {t:?}");
+        let strong = plan(&[0.9, 0.8, 0.6]);
+        let t = strong.thresholds.expect("a strong drafter drafts");
+        assert!(t.keep_above > 0.5, "rows cost nearly a token each: {t:?}");
+    }
+
+    #[test]
+    fn free_drafters_ask_for_gated_chains_whatever_the_estimate() {
+        let mut policy = DraftPolicy::new(ADAPTIVE, None, 3, 3);
+        // Every row costs 3 ms more; a fifth of the first drafts is accepted.
+        measured(&mut policy, 25.0, 0, 3.0);
+        calibrated(&mut policy, 64, 2);
+        let mut hopeless = estimates(1, &[0.0; 3]);
+        let mut candidates = [DraftCandidate {
+            cap: 3,
+            acceptance: &mut hopeless[0],
+        }];
+        let plan = policy.choose(1, 0, &mut candidates);
+        assert_eq!((plan.lengths, plan.gated), (vec![3], vec![true]));
+        // A drafting call of 5 ms against a 28 ms forward is not free, and on average the
+        // drafts do not pay for it.
+        for _ in 0..20 {
+            policy.observe_step(&StepTiming {
+                rows: 1,
+                forward: Duration::from_millis(25),
+                draft_depth: 1,
+                draft_tokens: 1,
+                draft: Duration::from_millis(5),
+                other: Duration::ZERO,
+            });
+        }
+        let plan = policy.choose(1, 0, &mut candidates);
+        assert_eq!(plan.lengths, vec![0], "{plan:?}");
+    }
+
+    #[test]
+    fn rows_a_gated_chain_did_not_reach_count_as_rejected() {
+        let mut policy = DraftPolicy::new(ADAPTIVE, None, 3, 3);
+        let mut estimate = AcceptanceEstimate::new(vec![0.5; 3]);
+        policy.observe_gated_end(&mut estimate, 1, 3);
+        let gains = estimate.gains();
+        assert_eq!(gains[0], 0.5);
+        assert!(gains[1] < 0.5 && gains[2] < 0.5, "{gains:?}");
+        let unchanged = estimate.clone();
+        policy.observe_gated_end(&mut estimate, 3, 3);
+        assert_eq!(estimate, unchanged);
     }
 }

@@ -10,7 +10,7 @@ use aquila_metrics::{
 use aquila_model_loader::backend::KernelBackend;
 use aquila_model_loader::model::{FeatureTap, LlamaModel};
 use aquila_model_loader::tokenizer::Tokenizer;
-use aquila_spec_decode::proposer::ProposeRequest;
+use aquila_spec_decode::proposer::{Draft, ProposeRequest};
 use burn::module::Module;
 use burn::tensor::Tensor;
 
@@ -299,6 +299,11 @@ impl<B: KernelBackend> Engine<B> {
             iteration: IterationStats::default(),
             output: StepOutput::default(),
         };
+        // Committing a verification clears the draft; the policy calibrates its confidences.
+        let confidences: Vec<Vec<f32>> = batch
+            .iter()
+            .map(|entry| entry.request.draft.confidences().to_vec())
+            .collect();
         let results: Vec<EntryResult> = batch
             .iter_mut()
             .zip(verified)
@@ -320,14 +325,15 @@ impl<B: KernelBackend> Engine<B> {
                 draft_start - forward_start,
             );
             speculation.policy.observe_decode(decode.as_ref());
-            for (entry, result) in batch.iter_mut().zip(&results) {
+            for ((entry, result), confidences) in batch.iter_mut().zip(&results).zip(&confidences) {
                 let fed = entry.work.num_draft_tokens;
                 if fed > 0 && result.finish != Some(Finish::ABORT) {
-                    let acceptance = &mut entry.request.acceptance;
-                    let accepted = &result.accepted_nodes;
-                    speculation
-                        .policy
-                        .observe_verification(acceptance, fed, accepted);
+                    speculation.policy.observe_verification(
+                        &mut entry.request.acceptance,
+                        fed,
+                        &result.accepted_nodes,
+                        confidences,
+                    );
                 }
             }
             let num_finished = results.iter().filter(|r| r.finish.is_some()).count();
@@ -618,7 +624,7 @@ impl<B: KernelBackend> Speculation<B> {
     /// unfinished committed (features at its fed known rows and accepted draft rows) and
     /// stores the draft each gets for its next step, as long as the policy chooses while
     /// `num_running` requests run, capped so the root and drafts stay inside `max_model_len`.
-    /// Returns the depth and the number of draft tokens asked of the drafter.
+    /// Returns the depth and the number of draft tokens drafted.
     fn draft_next(
         &mut self,
         features: Option<&Tensor<B, 2>>,
@@ -665,7 +671,7 @@ impl<B: KernelBackend> Speculation<B> {
             };
             spans.push((index, end, rows, cap));
         }
-        let lengths = {
+        let plan = {
             let mut caps = vec![None; batch.len()];
             for &(index, _, _, cap) in &spans {
                 caps[index] = Some(cap);
@@ -682,12 +688,11 @@ impl<B: KernelBackend> Speculation<B> {
                 .collect();
             self.policy.choose(num_running, other_rows, &mut candidates)
         };
-        let depth = self.policy.draft_depth(&lengths);
-        let tokens = lengths.iter().sum();
+        let stop = plan.thresholds.map(|t| self.policy.chain_stop(t));
         let requests: Vec<ProposeRequest<'_>> = spans
             .iter()
-            .zip(&lengths)
-            .map(|((index, end, rows, _), &max_draft_tokens)| {
+            .zip(plan.lengths.iter().zip(&plan.gated))
+            .map(|((index, end, rows, _), (&max_draft_tokens, &gated))| {
                 let entry = &batch[*index];
                 ProposeRequest {
                     request_id: entry.request.id,
@@ -695,13 +700,33 @@ impl<B: KernelBackend> Speculation<B> {
                     first_new_position: entry.work.start_position,
                     feature_rows: rows,
                     max_draft_tokens,
+                    stop: stop.filter(|_| gated),
                 }
             })
             .collect();
         let drafts = self.drafter.draft(features, &requests);
         drop(requests);
-        for ((index, end, ..), draft) in spans.iter().zip(drafts) {
+        let lengths: Vec<usize> = drafts.iter().map(Draft::num_draft_tokens).collect();
+        if let Some(thresholds) = plan.thresholds.filter(|_| !lengths.is_empty()) {
+            tracing::debug!(
+                keep_above = thresholds.keep_above,
+                extend_above = thresholds.extend_above,
+                allowed = ?plan.lengths,
+                drafted = ?lengths,
+                "gated drafts"
+            );
+        }
+        let depth = self.policy.draft_depth(&lengths);
+        let tokens = lengths.iter().sum();
+        let allowed = plan.lengths.iter().zip(&plan.gated);
+        for (((index, end, ..), draft), (&allowed, &gated)) in spans.iter().zip(drafts).zip(allowed)
+        {
             let request = &mut *batch[*index].request;
+            if gated {
+                let drafted = draft.num_draft_tokens();
+                self.policy
+                    .observe_gated_end(&mut request.acceptance, drafted, allowed);
+            }
             let (id, root) = (request.id, request.token_ids[end - 1]);
             request.draft = PendingDraft::new(draft, root, vocab_size).unwrap_or_else(|reason| {
                 tracing::warn!(request_id = id, reason, "unusable draft dropped");

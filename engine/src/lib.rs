@@ -24,7 +24,8 @@
 //!   `draft_policy.rs`: how many tokens each request drafts per step, from `step_costs.rs`
 //!   (the engine's timings of its own steps) and `acceptance.rs` (each request's acceptance
 //!   per draft row), checked by `goodput_guard.rs` (the tokens per second drafting steps and
-//!   plain steps delivered, per batch size).
+//!   plain steps delivered, per batch size); it also sets where confident chains end, with a
+//!   calibration of the drafter's confidences against verification outcomes.
 //! * With the `server` feature: `AsyncLlm` (`async_llm/`), the engine stepping on its own
 //!   thread behind channels, and `server/`, an OpenAI-compatible HTTP server over it.
 //!

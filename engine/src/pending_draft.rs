@@ -1,6 +1,6 @@
 //! A request's draft between the step that drafted it and the step that verifies it: its
-//! tokens, the tree they form (EAGLE-2) and the distributions they were sampled from, kept
-//! together so that cutting the draft cuts all three.
+//! tokens, the tree they form (EAGLE-2), the distributions they were sampled from and the
+//! drafter's confidences, kept together so that cutting the draft cuts them all.
 
 use aquila_spec_decode::proposer::Draft;
 use aquila_spec_decode::rejection::DraftProbs;
@@ -16,23 +16,34 @@ pub(crate) struct PendingDraft {
     /// The `q` rows the tokens were sampled from (chain: one per token; tree: one per node,
     /// the root's first), or `None` for one-hot (deterministic drafts).
     probs: Option<Vec<f32>>,
+    /// The drafter's probability of each chain token (empty: unknown, or a tree).
+    confidences: Vec<f32>,
 }
 
 impl PendingDraft {
     /// Checks a proposer's draft for a request whose last token (the root) is `root`: `q`
     /// rows must cover every token, and a tree must grow from `root`.
     pub fn new(draft: Draft, root: u32, vocab_size: usize) -> Result<Self, &'static str> {
-        let (tokens, tree, probs, rows) = match draft {
+        let (tokens, tree, probs, rows, confidences) = match draft {
             Draft::Chain(chain) => {
                 let rows = chain.tokens.len();
-                (chain.tokens, None, chain.probs, rows)
+                if !chain.confidences.is_empty() && chain.confidences.len() != rows {
+                    return Err("the draft's confidences do not match its tokens");
+                }
+                (chain.tokens, None, chain.probs, rows, chain.confidences)
             }
             Draft::Tree { tree, probs } => {
                 if tree.tokens()[0] != root {
                     return Err("the tree's root is not the request's last token");
                 }
                 let rows = tree.num_nodes();
-                (tree.tokens()[1..].to_vec(), Some(tree), probs, rows)
+                (
+                    tree.tokens()[1..].to_vec(),
+                    Some(tree),
+                    probs,
+                    rows,
+                    Vec::new(),
+                )
             }
         };
         if probs.as_ref().is_some_and(|q| q.len() != rows * vocab_size) {
@@ -45,6 +56,7 @@ impl PendingDraft {
             tokens,
             tree,
             probs,
+            confidences,
         })
     }
 
@@ -61,6 +73,12 @@ impl PendingDraft {
     /// The tree the tokens form, `None` for a chain.
     pub fn tree(&self) -> Option<&DraftTree> {
         self.tree.as_ref()
+    }
+
+    /// The drafter's probability of each chain token, in order; empty when the drafter gave
+    /// none or the draft is a tree.
+    pub fn confidences(&self) -> &[f32] {
+        &self.confidences
     }
 
     /// The distributions to verify the tokens against.
@@ -91,6 +109,7 @@ impl PendingDraft {
             *tree = tree.prefix(num_tokens + 1);
         }
         self.tokens.truncate(num_tokens);
+        self.confidences.truncate(num_tokens);
     }
 }
 
@@ -129,8 +148,18 @@ mod tests {
         let sampled = Draft::Chain(ChainDraft {
             tokens: vec![1],
             probs: Some(vec![0.5; 3]),
+            confidences: vec![0.5],
         });
         assert!(PendingDraft::new(sampled, 5, 4).is_err());
+        let unsure = Draft::Chain(ChainDraft {
+            tokens: vec![1, 2],
+            probs: None,
+            confidences: vec![0.5],
+        });
+        assert!(
+            PendingDraft::new(unsure, 5, 4).is_err(),
+            "one confidence per token"
+        );
         let empty = Draft::Chain(ChainDraft::deterministic(vec![]));
         assert_eq!(
             PendingDraft::new(empty, 5, 4).unwrap(),
@@ -154,10 +183,12 @@ mod tests {
         let chain = Draft::Chain(ChainDraft {
             tokens: vec![7, 8, 9],
             probs: Some(probs[..12].to_vec()),
+            confidences: vec![0.9, 0.6, 0.3],
         });
         let mut pending = PendingDraft::new(chain, 5, 4).unwrap();
         pending.truncate(1);
         assert_eq!(pending.tokens(), &[7]);
+        assert_eq!(pending.confidences(), &[0.9]);
         assert!(matches!(pending.probs(), DraftProbs::Rows(q) if q == &probs[..4]));
         pending.truncate(0);
         assert_eq!(pending, PendingDraft::default());

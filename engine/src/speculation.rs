@@ -259,6 +259,7 @@ mod tests {
             first_new_position: 0,
             feature_rows: &[],
             max_draft_tokens: 8,
+            stop: None,
         }
     }
 

@@ -57,6 +57,7 @@ impl Requests {
                 first_new_position: self.first_new[i],
                 feature_rows: &self.rows[i],
                 max_draft_tokens: K,
+                stop: None,
             });
         }
         requests

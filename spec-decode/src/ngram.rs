@@ -84,9 +84,17 @@ impl NgramProposer {
     /// Up to `k` draft tokens for a request whose tokens so far (prompt then output) are
     /// `history`; empty when no suffix of at least `min_n` tokens occurs earlier.
     pub fn propose(&self, history: &[u32]) -> Vec<u32> {
+        self.propose_matched(history).0
+    }
+
+    /// [`NgramProposer::propose`], with the length of the suffix that matched (0: none).
+    pub fn propose_matched(&self, history: &[u32]) -> (Vec<u32>, usize) {
         match self.longest_latest_match(history) {
-            Some(next) => history[next..history.len().min(next + self.config.k)].to_vec(),
-            None => Vec::new(),
+            Some((next, matched)) => (
+                history[next..history.len().min(next + self.config.k)].to_vec(),
+                matched,
+            ),
+            None => (Vec::new(), 0),
         }
     }
 
@@ -98,8 +106,9 @@ impl NgramProposer {
             .collect()
     }
 
-    /// The index right after the chosen earlier occurrence, if any.
-    fn longest_latest_match(&self, history: &[u32]) -> Option<usize> {
+    /// The index right after the chosen earlier occurrence and the length of the suffix it
+    /// matched, if any.
+    fn longest_latest_match(&self, history: &[u32]) -> Option<(usize, usize)> {
         let len = history.len();
         if len < self.config.min_n + 1 {
             return None;
@@ -117,7 +126,7 @@ impl NgramProposer {
             }
         }
         // The occurrence ends at index len-1-shift; the proposal starts right after it.
-        best.map(|(_, shift)| len - shift)
+        best.map(|(matched, shift)| (len - shift, matched))
     }
 }
 

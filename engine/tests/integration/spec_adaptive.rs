@@ -1,6 +1,7 @@
 //! The adaptive draft length in the engine: a drafter whose drafts are never accepted stops
 //! drafting after a few steps and is only probed now and then; a perfect drafter drafts the
-//! maximum; chains and trees stay lossless whatever the policy chooses.
+//! maximum; a drafter that knows when it is wrong has its chains cut there; chains and trees
+//! stay lossless whatever the policy chooses.
 
 use crate::common;
 
@@ -56,22 +57,31 @@ fn unused_token(outputs: &[RequestOutput], vocab_size: usize) -> u32 {
         .expect("the outputs use less than the whole vocabulary")
 }
 
-#[test]
-fn drafts_that_are_never_accepted_stop_and_are_only_probed_rarely() {
+/// Fixed-k and adaptive runs whose replayed drafts hold a wrong token at chain position
+/// `wrong_position` (further adjusted by `adjust`); both must equal the plain outputs.
+fn fixed_and_adaptive(
+    wrong_position: usize,
+    adjust: impl Fn(ReplayProposer) -> ReplayProposer + Copy,
+) -> (Vec<RequestOutput>, Vec<RequestOutput>) {
     let model = tiny_model();
     let (prompts, plain) = baseline(model.path());
     let vocab_size = Llm::new(config(model.path())).unwrap().vocab_size();
     let wrong = unused_token(&plain, vocab_size);
     let params = vec![greedy(MAX_TOKENS); prompts.len()];
-    let never_accepted = |replay: ReplayProposer| replay.with_wrong_token_at(0, wrong);
+    let drafter =
+        |replay: ReplayProposer| adjust(replay.with_wrong_token_at(wrong_position, wrong));
+    let [fixed, adaptive] = [DraftLength::Fixed, DraftLength::default()].map(|draft_length| {
+        let mut llm = replaying(model.path(), &plain, draft_length, drafter);
+        let outputs = run(&mut llm, &prompts, &params);
+        assert_eq!(token_ids(&outputs), token_ids(&plain), "{draft_length:?}");
+        outputs
+    });
+    (fixed, adaptive)
+}
 
-    let mut fixed = replaying(model.path(), &plain, DraftLength::Fixed, never_accepted);
-    let fixed = run(&mut fixed, &prompts, &params);
-    let mut adaptive = replaying(model.path(), &plain, DraftLength::default(), never_accepted);
-    let adaptive = run(&mut adaptive, &prompts, &params);
-
-    assert_eq!(token_ids(&fixed), token_ids(&plain));
-    assert_eq!(token_ids(&adaptive), token_ids(&plain));
+#[test]
+fn drafts_that_are_never_accepted_stop_and_are_only_probed_rarely() {
+    let (fixed, adaptive) = fixed_and_adaptive(0, |replay| replay);
     for (adaptive, fixed) in adaptive.iter().zip(&fixed) {
         assert_eq!(adaptive.metrics.num_accepted_tokens, 0);
         assert_eq!(
@@ -111,6 +121,39 @@ fn a_perfect_drafter_drafts_the_maximum() {
             metrics.num_draft_tokens as f64 / metrics.num_drafts as f64
         );
     }
+}
+
+#[test]
+fn confident_chains_end_before_the_tokens_that_do_not_pay() {
+    // The second draft token is always wrong, and the drafter says so.
+    let (fixed, adaptive) = fixed_and_adaptive(1, |replay: ReplayProposer| {
+        replay.with_confidences(0.95, 0.0)
+    });
+    let total = |outputs: &[RequestOutput], count: fn(&RequestOutput) -> usize| -> usize {
+        outputs.iter().map(count).sum()
+    };
+    let drafted = |o: &RequestOutput| o.metrics.num_draft_tokens;
+    let accepted = |o: &RequestOutput| o.metrics.num_accepted_tokens;
+    let drafts = |o: &RequestOutput| o.metrics.num_drafts;
+    // Fixed k verifies the wrong token every step; gated chains stop before it once the
+    // engine has calibrated the confidences (32 outcomes), so hardly any verified draft token
+    // is rejected, while most accepted ones stay (the goodput guard's explorations of plain
+    // steps, timed, take some).
+    let (fixed_drafted, fixed_accepted) = (total(&fixed, drafted), total(&fixed, accepted));
+    assert!(
+        fixed_drafted >= 2 * fixed_accepted && fixed_accepted >= total(&fixed, drafts) * 9 / 10,
+        "{fixed_drafted} draft tokens verified, {fixed_accepted} accepted"
+    );
+    let (adaptive_drafted, adaptive_accepted) =
+        (total(&adaptive, drafted), total(&adaptive, accepted));
+    assert!(
+        (adaptive_drafted - adaptive_accepted) * 5 <= fixed_drafted - fixed_accepted,
+        "{adaptive_drafted} draft tokens verified, {adaptive_accepted} accepted"
+    );
+    assert!(
+        adaptive_accepted * 2 >= fixed_accepted,
+        "the accepted tokens stay: {adaptive_accepted} of {fixed_accepted}"
+    );
 }
 
 #[test]

@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 
-use super::ProposeError;
+use super::{ChainStop, ProposeError};
 
 /// One request's rows committed by the last target forward, and its drafting budget.
 ///
@@ -28,6 +28,10 @@ pub struct ProposeRequest<'a> {
     /// Most draft tokens to propose for this request now (0: only take in the committed rows).
     /// The engine caps it so that the root and the drafts fit in the context window.
     pub max_draft_tokens: usize,
+    /// Where a proposer that knows its confidence ends this request's chain before
+    /// `max_draft_tokens` (`None`: it drafts them all). Proposers without confidences ignore
+    /// it.
+    pub stop: Option<ChainStop<'a>>,
 }
 
 impl<'a> ProposeRequest<'a> {
@@ -131,6 +135,7 @@ mod tests {
             first_new_position,
             feature_rows,
             max_draft_tokens: 2,
+            stop: None,
         }
     }
 

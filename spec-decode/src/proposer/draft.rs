@@ -12,6 +12,10 @@ pub struct ChainDraft {
     /// the target vocabulary, or `None` when the tokens were chosen deterministically (argmax,
     /// lookup, replay) and must be verified with a one-hot `q`.
     pub probs: Option<Vec<f32>>,
+    /// The drafter's probability of each token when it proposed it, in order, or empty when
+    /// the drafter has no such estimate (lookups, replays); the engine calibrates them against
+    /// verification outcomes ([`super::ConfidenceCalibration`]).
+    pub confidences: Vec<f32>,
 }
 
 impl ChainDraft {
@@ -20,6 +24,7 @@ impl ChainDraft {
         Self {
             tokens,
             probs: None,
+            confidences: Vec::new(),
         }
     }
 
@@ -91,6 +96,7 @@ mod tests {
         let sampled = ChainDraft {
             tokens: vec![1],
             probs: Some(vec![0.25, 0.75]),
+            confidences: vec![0.75],
         };
         assert!(matches!(sampled.draft_probs(), DraftProbs::Rows(rows) if rows == [0.25, 0.75]));
     }

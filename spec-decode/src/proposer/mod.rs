@@ -27,6 +27,7 @@
 //!     first_new_position: 0,
 //!     feature_rows: &[],
 //!     max_draft_tokens: 2,
+//!     stop: None,
 //! }];
 //! let drafts = Proposer::<()>::draft(&mut proposer, &ProposeBatch::without_features(&requests))?;
 //! assert_eq!(drafts[0].as_chain().unwrap().tokens, vec![7, 5]);
@@ -34,6 +35,7 @@
 //! ```
 
 mod batch;
+mod chain_stop;
 mod draft;
 #[cfg(feature = "burn")]
 mod eagle;
@@ -42,6 +44,7 @@ mod ngram;
 mod replay;
 
 pub use batch::{ProposeBatch, ProposeRequest};
+pub use chain_stop::{ChainStep, ChainStop, ConfidenceCalibration};
 pub use draft::{ChainDraft, Draft};
 #[cfg(feature = "burn")]
 pub use eagle::{DraftSampling, EagleProposer, EagleProposerConfig, EagleTreeConfig};

@@ -7,7 +7,10 @@ use crate::ngram::NgramProposer;
 
 /// Prompt lookup keeps no per-request state and reads no target feature, so it works with any
 /// feature type `F`: each request's draft is the lookup over its tokens (which end with the
-/// root), cut to the request's `max_draft_tokens`, verified with a one-hot `q`.
+/// root), cut to the request's `max_draft_tokens` and by its [`super::ChainStop`], verified
+/// with a one-hot `q`. Every token of a match of `n` tokens carries the confidence
+/// `n / (n + 1)`: longer matches are likelier to continue, and the engine's calibration learns
+/// how likely.
 impl<F> Proposer<F> for NgramProposer {
     fn num_speculative_tokens(&self) -> usize {
         self.config().k
@@ -27,9 +30,20 @@ impl<F> Proposer<F> for NgramProposer {
                 if request.max_draft_tokens == 0 {
                     return Draft::empty();
                 }
-                let mut tokens = lookup.propose(request.tokens);
+                let (mut tokens, matched) = lookup.propose_matched(request.tokens);
                 tokens.truncate(request.max_draft_tokens);
-                Draft::Chain(ChainDraft::deterministic(tokens))
+                let confidence = matched as f32 / (matched + 1) as f32;
+                let mut confidences = vec![confidence; tokens.len()];
+                if let Some(stop) = request.stop {
+                    let kept = stop.cut(&confidences);
+                    tokens.truncate(kept);
+                    confidences.truncate(kept);
+                }
+                Draft::Chain(ChainDraft {
+                    tokens,
+                    probs: None,
+                    confidences,
+                })
             })
             .collect())
     }
@@ -41,7 +55,17 @@ impl<F> Proposer<F> for NgramProposer {
 mod tests {
     use super::*;
     use crate::ngram::NgramConfig;
-    use crate::proposer::ProposeRequest;
+    use crate::proposer::{ChainStop, ConfidenceCalibration, ProposeRequest};
+
+    /// Lookups of 1 or 2 tokens, drafting up to 3.
+    fn lookup() -> NgramProposer {
+        NgramProposer::new(NgramConfig {
+            min_n: 1,
+            max_n: 2,
+            k: 3,
+        })
+        .unwrap()
+    }
 
     fn chain_tokens(drafts: &[Draft]) -> Vec<Vec<u32>> {
         drafts
@@ -52,12 +76,7 @@ mod tests {
 
     #[test]
     fn drafts_continue_the_latest_match_and_respect_the_budget() {
-        let mut ngram = NgramProposer::new(NgramConfig {
-            min_n: 1,
-            max_n: 2,
-            k: 3,
-        })
-        .unwrap();
+        let mut ngram = lookup();
         // "1 2" occurred before and was followed by 3 4 5; the history ends with the root 2.
         let history = [1, 2, 3, 4, 5, 1, 2];
         let requests = [
@@ -67,6 +86,7 @@ mod tests {
                 first_new_position: 5,
                 feature_rows: &[],
                 max_draft_tokens: 3,
+                stop: None,
             },
             ProposeRequest {
                 request_id: 2,
@@ -74,6 +94,7 @@ mod tests {
                 first_new_position: 5,
                 feature_rows: &[],
                 max_draft_tokens: 1,
+                stop: None,
             },
             ProposeRequest {
                 request_id: 3,
@@ -81,30 +102,59 @@ mod tests {
                 first_new_position: 5,
                 feature_rows: &[],
                 max_draft_tokens: 0,
+                stop: None,
             },
         ];
         let drafts =
             Proposer::<()>::draft(&mut ngram, &ProposeBatch::without_features(&requests)).unwrap();
         assert_eq!(chain_tokens(&drafts), vec![vec![3, 4, 5], vec![3], vec![]]);
         assert!(drafts.iter().all(|d| d.as_chain().unwrap().probs.is_none()));
+        // A match of two tokens: each draft token's confidence is 2/3.
+        let confidences = &drafts[0].as_chain().unwrap().confidences;
+        assert_eq!(confidences, &vec![2.0 / 3.0; 3]);
         assert_eq!(Proposer::<()>::num_speculative_tokens(&ngram), 3);
         assert!(!Proposer::<()>::needs_target_features(&ngram));
     }
 
     #[test]
+    fn a_chain_stop_cuts_the_lookup() {
+        let mut ngram = lookup();
+        let history = [1, 2, 3, 4, 5, 1, 2];
+        let calibration = ConfidenceCalibration::new();
+        let mut draft = |keep_above, extend_above| {
+            let requests = [ProposeRequest {
+                request_id: 1,
+                tokens: &history,
+                first_new_position: 5,
+                feature_rows: &[],
+                max_draft_tokens: 3,
+                stop: Some(ChainStop {
+                    calibration: &calibration,
+                    keep_above,
+                    extend_above,
+                }),
+            }];
+            let drafts =
+                Proposer::<()>::draft(&mut ngram, &ProposeBatch::without_features(&requests));
+            chain_tokens(&drafts.unwrap()).remove(0)
+        };
+        // Paths 2/3, 4/9, 8/27; uncalibrated, the next token is expected at half the path.
+        assert_eq!(draft(0.0, 0.25), vec![3, 4]);
+        assert_eq!(draft(0.5, 0.0), vec![3]);
+        assert_eq!(draft(0.7, 0.0), Vec::<u32>::new());
+        assert_eq!(draft(0.0, 0.0), vec![3, 4, 5]);
+    }
+
+    #[test]
     fn inconsistent_requests_are_rejected() {
-        let mut ngram = NgramProposer::new(NgramConfig {
-            min_n: 1,
-            max_n: 2,
-            k: 3,
-        })
-        .unwrap();
+        let mut ngram = lookup();
         let requests = [ProposeRequest {
             request_id: 9,
             tokens: &[4],
             first_new_position: 0,
             feature_rows: &[],
             max_draft_tokens: 3,
+            stop: None,
         }];
         let err = Proposer::<()>::draft(&mut ngram, &ProposeBatch::without_features(&requests))
             .unwrap_err();

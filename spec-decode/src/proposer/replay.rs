@@ -13,14 +13,24 @@ use crate::tree::DraftTree;
 /// Optionally every draft token at one chain position is replaced by a wrong token, to exercise
 /// rejection at a chosen depth. With decoys, drafts are trees instead: at every depth the
 /// script's token comes after wrong siblings, so verification must find it among them and the
-/// accepted path is not a prefix of the node order.
+/// accepted path is not a prefix of the node order. With confidences, chain tokens carry one
+/// confidence for the script's tokens and another for the wrong one, and each request's
+/// [`super::ChainStop`] cuts its chain.
 #[derive(Clone, Debug)]
 pub struct ReplayProposer {
     k: usize,
     scripts: Vec<Vec<u32>>,
     corrupt: Option<Corruption>,
     decoys: Option<Decoys>,
+    confidences: Option<Confidences>,
     released: Vec<u64>,
+}
+
+/// The confidences [`ReplayProposer`] reports for the script's tokens and for the wrong one.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Confidences {
+    right: f32,
+    wrong: f32,
 }
 
 /// The wrong siblings [`ReplayProposer`] puts before every script token of a tree draft.
@@ -46,6 +56,7 @@ impl ReplayProposer {
             scripts,
             corrupt: None,
             decoys: None,
+            confidences: None,
             released: Vec::new(),
         }
     }
@@ -74,6 +85,35 @@ impl ReplayProposer {
     pub fn with_wrong_token_at(mut self, position: usize, token: u32) -> Self {
         self.corrupt = Some(Corruption { position, token });
         self
+    }
+
+    /// Reports confidence `right` for every replayed script token of a chain and `wrong` for the
+    /// token of [`ReplayProposer::with_wrong_token_at`], and cuts each chain by its request's
+    /// stop.
+    pub fn with_confidences(mut self, right: f32, wrong: f32) -> Self {
+        self.confidences = Some(Confidences { right, wrong });
+        self
+    }
+
+    /// The chain of `tokens` with its confidences, cut by `stop`.
+    fn chain(&self, mut tokens: Vec<u32>, stop: Option<super::ChainStop<'_>>) -> ChainDraft {
+        let Some(Confidences { right, wrong }) = self.confidences else {
+            return ChainDraft::deterministic(tokens);
+        };
+        let wrong_at = self.corrupt.map(|c| c.position);
+        let mut confidences: Vec<f32> = (0..tokens.len())
+            .map(|i| if Some(i) == wrong_at { wrong } else { right })
+            .collect();
+        if let Some(stop) = stop {
+            let kept = stop.cut(&confidences);
+            tokens.truncate(kept);
+            confidences.truncate(kept);
+        }
+        ChainDraft {
+            tokens,
+            probs: None,
+            confidences,
+        }
     }
 
     /// The requests released so far, in order (to check that an engine frees draft state).
@@ -150,7 +190,7 @@ impl<F> Proposer<F> for ReplayProposer {
                         tree: decoys.tree(root, &tokens),
                         probs: None,
                     },
-                    _ => Draft::Chain(ChainDraft::deterministic(tokens)),
+                    _ => Draft::Chain(self.chain(tokens, request.stop)),
                 }
             })
             .collect())
@@ -177,6 +217,7 @@ mod tests {
             first_new_position: tokens.len().saturating_sub(2),
             feature_rows: &[],
             max_draft_tokens,
+            stop: None,
         }];
         let drafts =
             Proposer::<()>::draft(proposer, &ProposeBatch::without_features(&requests)).unwrap();
@@ -211,6 +252,7 @@ mod tests {
             first_new_position: 0,
             feature_rows: &[],
             max_draft_tokens: 8,
+            stop: None,
         }];
         let drafts =
             Proposer::<()>::draft(&mut replay, &ProposeBatch::without_features(&requests)).unwrap();

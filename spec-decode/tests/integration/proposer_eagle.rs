@@ -8,8 +8,8 @@ use aquila_model_loader::fixtures::eagle::TinyEagle1Options;
 use aquila_model_loader::model::{FeatureTap, ForwardBatch, SequenceInput};
 use aquila_spec_decode::eagle::EagleHead;
 use aquila_spec_decode::proposer::{
-    ChainDraft, Draft, DraftSampling, EagleProposer, EagleProposerConfig, ProposeBatch,
-    ProposeError, ProposeRequest, Proposer, ReplayProposer,
+    ChainDraft, ChainStop, ConfidenceCalibration, Draft, DraftSampling, EagleProposer,
+    EagleProposerConfig, ProposeBatch, ProposeError, ProposeRequest, Proposer, ReplayProposer,
 };
 use aquila_spec_decode::rejection::{
     ChainRequest, DraftProbs, RejectionSampler, TargetRows, TreeRequest,
@@ -68,6 +68,7 @@ pub(crate) fn request<'a>(
         first_new_position: first,
         feature_rows: rows,
         max_draft_tokens: max,
+        stop: None,
     }
 }
 
@@ -464,6 +465,55 @@ fn drafting_is_deterministic() {
         assert_eq!(first, again);
         assert_eq!(first, elsewhere);
     }
+}
+
+#[test]
+fn confidence_stops_end_chains_where_the_path_stops_paying() {
+    let fixture = Fixture::new(2);
+    let features = fixture.features(&PROMPT, &FeatureTap::LastHidden);
+    let tokens = with_root(&PROMPT, ROOT);
+    let rows: Vec<usize> = (0..PROMPT.len()).collect();
+    let mut drafter = proposer(&fixture, eagle1(&fixture), EagleProposerConfig::greedy(4));
+    let full = draft_one(&mut drafter, &features, 1, &tokens, 0, 4).unwrap();
+    assert_eq!(full.confidences.len(), 4, "{:?}", full.confidences);
+    assert!(full.confidences.iter().all(|&c| c > 0.0 && c <= 1.0));
+    // Uncalibrated, acceptance is confidence: the path after token j is their product.
+    let calibration = ConfidenceCalibration::new();
+    let paths: Vec<f64> = full
+        .confidences
+        .iter()
+        .scan(1.0, |path, &c| {
+            *path *= calibration.acceptance(c);
+            Some(*path)
+        })
+        .collect();
+    let mean = calibration.mean_acceptance();
+    let stopped = |keep_above: f64, extend_above: f64| {
+        let mut drafter = proposer(&fixture, eagle1(&fixture), EagleProposerConfig::greedy(4));
+        let mut request = request(1, &tokens, 0, &rows, 4);
+        request.stop = Some(ChainStop {
+            calibration: &calibration,
+            keep_above,
+            extend_above,
+        });
+        let batch = ProposeBatch {
+            features: Some(&features),
+            requests: &[request],
+        };
+        let draft = drafter.draft(&batch).unwrap().remove(0);
+        assert_eq!(drafter.cached_rows(1), Some(PROMPT.len()));
+        draft.as_chain().unwrap().clone()
+    };
+    // A third token's expected path no longer pays for its step: the chain ends at two.
+    let two = stopped(0.0, mean * (paths[0] + paths[1]) / 2.0);
+    assert_eq!(two.tokens, full.tokens[..2]);
+    assert_eq!(two.confidences, full.confidences[..2]);
+    // Token 3 pays for its drafting step but not for its row: dropped.
+    let dropped = stopped((paths[1] + paths[2]) / 2.0, 0.0);
+    assert_eq!(dropped.tokens, full.tokens[..2]);
+    // Not even the first token pays for its row.
+    assert!(stopped(paths[0] * 1.01, 0.0).is_empty());
+    assert_eq!(stopped(0.0, 0.0), full);
 }
 
 #[test]

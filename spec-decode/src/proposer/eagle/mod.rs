@@ -13,8 +13,9 @@
 //! 2. **Chain.** The last committed row's output gives draft token 1. Step `j` then feeds
 //!    token `j` with the previous output recycled as hidden input (EAGLE-1: `f̂`; EAGLE-3: the
 //!    pre-norm output, without `fc`) at position `last + j - 1`, batched over the requests still
-//!    drafting, until each has its `k` tokens. With an [`EagleTreeConfig`] this step grows an
-//!    EAGLE-2 tree instead.
+//!    drafting, until each has its `k` tokens, or until its [`super::ChainStop`] ends the chain
+//!    (the head's probability of each token is its confidence). With an [`EagleTreeConfig`]
+//!    this step grows an EAGLE-2 tree instead.
 //! 3. **Rollback.** The speculative rows of step 2 are cut from the draft cache, so the next
 //!    round starts from committed rows only and recomputes the accepted ones from target
 //!    features.
@@ -36,7 +37,7 @@ use aquila_model_loader::model::{FeatureTap, ForwardBatch, KvCache, LlamaModel, 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 
-use super::{ChainDraft, Draft, ProposeBatch, ProposeError, ProposeRequest, Proposer};
+use super::{ChainDraft, ChainStep, Draft, ProposeBatch, ProposeError, ProposeRequest, Proposer};
 use crate::eagle::{EagleError, EagleHead};
 use crate::sampling::SamplingError;
 use deferred::{DeferredRows, MAX_DEFERRED_ROWS};
@@ -281,18 +282,33 @@ impl<B: KernelBackend> EagleProposer<B> {
             return Ok(chains);
         }
         let mut hidden = select_rows(outputs, &last_rows);
+        let mut paths = vec![1.0; requests.len()];
         for step in 1.. {
             let logits = self.head.logits(&self.target, hidden.clone());
             let picks = self.pick(logits, &active, requests);
-            for (&i, (token, probs)) in active.iter().zip(picks) {
-                chains[i].tokens.push(token);
-                if let Some(row) = probs {
-                    chains[i].probs.get_or_insert_with(Vec::new).extend(row);
+            let mut keep = Vec::with_capacity(active.len());
+            for (a, (&i, pick)) in active.iter().zip(picks).enumerate() {
+                let decision = match requests[i].stop {
+                    Some(stop) => {
+                        let (decision, path) = stop.step(paths[i], pick.confidence);
+                        paths[i] = path;
+                        decision
+                    }
+                    None => ChainStep::Extend,
+                };
+                if decision == ChainStep::Drop {
+                    continue;
+                }
+                let chain = &mut chains[i];
+                chain.tokens.push(pick.token);
+                chain.confidences.push(pick.confidence);
+                if let Some(row) = pick.probs {
+                    chain.probs.get_or_insert_with(Vec::new).extend(row);
+                }
+                if decision == ChainStep::Extend && plan[i].budget > step {
+                    keep.push(a);
                 }
             }
-            let keep: Vec<usize> = (0..active.len())
-                .filter(|&a| plan[active[a]].budget > step)
-                .collect();
             if keep.is_empty() {
                 break;
             }
@@ -318,20 +334,29 @@ impl<B: KernelBackend> EagleProposer<B> {
         Ok(chains)
     }
 
-    /// The draft token (target id) of every active request from its logits row, and the
-    /// distribution it was sampled from (sampled drafting only).
+    /// The draft token (target id) of every active request from its logits row, with the
+    /// head's probability of it and the distribution it was sampled from (sampled drafting
+    /// only).
     fn pick(
         &mut self,
         logits: Tensor<B, 2>,
         active: &[usize],
         requests: &[ProposeRequest<'_>],
-    ) -> Vec<(u32, Option<Vec<f32>>)> {
+    ) -> Vec<Pick> {
         let map = self.head.vocab_map();
         match self.config.sampling {
-            DraftSampling::Greedy => pick::argmax_rows(logits)
-                .into_iter()
-                .map(|id| (map.to_target(id), None))
-                .collect(),
+            DraftSampling::Greedy => {
+                let confidences = pick::top_probabilities(logits.clone());
+                pick::argmax_rows(logits)
+                    .into_iter()
+                    .zip(confidences)
+                    .map(|(id, confidence)| Pick {
+                        token: map.to_target(id),
+                        confidence,
+                        probs: None,
+                    })
+                    .collect()
+            }
             DraftSampling::Sampled { temperature, .. } => {
                 let rows = pick::float_rows(logits);
                 active
@@ -347,7 +372,11 @@ impl<B: KernelBackend> EagleProposer<B> {
                             .as_mut()
                             .expect("sampled drafting gives every request a stream");
                         let (id, probs) = DraftSampling::sample_row(temperature, &row, rng);
-                        (map.to_target(id), Some(map.scatter_row(&probs, 0.0)))
+                        Pick {
+                            token: map.to_target(id),
+                            confidence: probs[id as usize],
+                            probs: Some(map.scatter_row(&probs, 0.0)),
+                        }
                     })
                     .collect()
             }
@@ -460,6 +489,16 @@ impl<B: KernelBackend> Proposer<Tensor<B, 2>> for EagleProposer<B> {
         }
         self.deferred.clear(request_id);
     }
+}
+
+/// One drafted token of a chain.
+struct Pick {
+    /// The token (target id).
+    token: u32,
+    /// The head's probability of the token.
+    confidence: f32,
+    /// The distribution it was sampled from, over the target vocabulary (sampled drafting).
+    probs: Option<Vec<f32>>,
 }
 
 /// The requests that draft this call (budget above 0) and, for each, the row of its last

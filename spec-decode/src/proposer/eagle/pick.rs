@@ -15,6 +15,19 @@ pub(super) fn argmax_rows<B: Backend>(logits: Tensor<B, 2>) -> Vec<u32> {
         .collect()
 }
 
+/// The softmax probability of the largest column of every row of `logits` (`[rows, vocab]`):
+/// the head's confidence in its argmax, computed on the device.
+pub(super) fn top_probabilities<B: Backend>(logits: Tensor<B, 2>) -> Vec<f32> {
+    let shifted = logits.clone() - logits.max_dim(1);
+    shifted
+        .exp()
+        .sum_dim(1)
+        .recip()
+        .into_data()
+        .iter::<f32>()
+        .collect()
+}
+
 /// The rows of `logits` (`[rows, vocab]`) as `f32` vectors.
 pub(super) fn float_rows<B: Backend>(logits: Tensor<B, 2>) -> Vec<Vec<f32>> {
     let [_, vocab] = logits.dims();
@@ -60,6 +73,10 @@ mod tests {
         assert!((top[0][0].1 - (3.0 - lse)).abs() < 1e-5);
         assert!((top[0][1].1 - (2.0 - lse)).abs() < 1e-5);
         assert_eq!(argmax_rows(logits.clone()), vec![1, 1]);
+        let top = top_probabilities(logits.clone());
+        assert!((top[0] - (3.0 - lse).exp()).abs() < 1e-6);
+        let second = 1.0 / (1.0 + (-0.5f32).exp() + (-6.5f32).exp() + (-5.5f32).exp());
+        assert!((top[1] - second).abs() < 1e-6);
         assert_eq!(top_k_rows(logits.clone(), 9)[0].len(), 4, "at most vocab");
         assert_eq!(top_k_rows(logits, 0), vec![Vec::new(), Vec::new()]);
         let tied = Tensor::<B, 2>::from_floats([[1.0, 2.0, 2.0, 0.5]], &Default::default());

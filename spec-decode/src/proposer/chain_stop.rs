@@ -1,0 +1,235 @@
+//! Confidence-gated chains: a drafter that knows how sure it is of each token stops a chain
+//! where the next token is no longer expected to pay for its verification row and drafting
+//! step.
+//!
+//! The drafter's probability of the token it proposed (its confidence) predicts whether the
+//! target accepts it, but not exactly: [`ConfidenceCalibration`] learns the acceptance observed
+//! at each confidence from verification outcomes. A chain's tokens are accepted in order, so
+//! draft `j` pays only if all before it are accepted: its expected gain is the product of the
+//! calibrated acceptances up to it (its path probability). [`ChainStop`] keeps a token while
+//! its path probability covers the cost of its verification row, and drafts another while the
+//! next token's expected path probability covers that row and one more drafting step.
+
+/// Number of equal-width confidence bins.
+const BINS: usize = 10;
+
+/// Weight, in outcomes, of the prior that the drafter's confidence is its acceptance.
+const PRIOR_OUTCOMES: f64 = 4.0;
+
+/// Most outcomes a bin remembers; older ones fade so that the calibration follows a change of
+/// workload.
+const MEMORY_OUTCOMES: f64 = 2000.0;
+
+/// Acceptance assumed for the next draft before any outcome.
+const INITIAL_MEAN_ACCEPTANCE: f64 = 0.5;
+
+/// The acceptance of draft tokens at each drafter confidence, learned from verification
+/// outcomes (a token's outcome counts only when every draft before it was accepted, so the
+/// calibration is of acceptance given the path so far).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConfidenceCalibration {
+    /// Accepted outcomes per bin (fading).
+    accepted: [f64; BINS],
+    /// Outcomes per bin (fading).
+    seen: [f64; BINS],
+    /// Outcomes taken in, in all.
+    observed: u64,
+}
+
+impl Default for ConfidenceCalibration {
+    fn default() -> Self {
+        Self {
+            accepted: [0.0; BINS],
+            seen: [0.0; BINS],
+            observed: 0,
+        }
+    }
+}
+
+impl ConfidenceCalibration {
+    /// A calibration that has seen no outcome: acceptance equals confidence.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Outcomes taken in so far.
+    pub fn observed(&self) -> u64 {
+        self.observed
+    }
+
+    /// The estimated probability that a draft token proposed with `confidence` is accepted,
+    /// given that the drafts before it were.
+    pub fn acceptance(&self, confidence: f32) -> f64 {
+        let confidence = f64::from(confidence).clamp(0.0, 1.0);
+        let bin = bin_of(confidence);
+        (self.accepted[bin] + PRIOR_OUTCOMES * confidence) / (self.seen[bin] + PRIOR_OUTCOMES)
+    }
+
+    /// The acceptance of a draft token over all confidences seen so far.
+    pub fn mean_acceptance(&self) -> f64 {
+        let seen: f64 = self.seen.iter().sum();
+        if seen == 0.0 {
+            return INITIAL_MEAN_ACCEPTANCE;
+        }
+        self.accepted.iter().sum::<f64>() / seen
+    }
+
+    /// Takes in one verified chain: its tokens' `confidences` in order, of which the first
+    /// `accepted` were accepted. Tokens after the first rejection tell nothing and are skipped.
+    pub fn observe_chain(&mut self, confidences: &[f32], accepted: usize) {
+        for (index, &confidence) in confidences.iter().enumerate().take(accepted + 1) {
+            self.observe(confidence, index < accepted);
+        }
+    }
+
+    fn observe(&mut self, confidence: f32, accepted: bool) {
+        let bin = bin_of(f64::from(confidence).clamp(0.0, 1.0));
+        if self.seen[bin] >= MEMORY_OUTCOMES {
+            let keep = (MEMORY_OUTCOMES - 1.0) / MEMORY_OUTCOMES;
+            self.seen[bin] *= keep;
+            self.accepted[bin] *= keep;
+        }
+        self.seen[bin] += 1.0;
+        self.accepted[bin] += f64::from(u8::from(accepted));
+        self.observed += 1;
+    }
+}
+
+fn bin_of(confidence: f64) -> usize {
+    ((confidence * BINS as f64) as usize).min(BINS - 1)
+}
+
+/// Where a confidence-gated chain stops, for one request and step: see the module
+/// documentation. The thresholds are expected gains, in tokens, that a draft token's path
+/// probability must reach.
+#[derive(Clone, Copy, Debug)]
+pub struct ChainStop<'a> {
+    /// The calibration that turns confidences into acceptance probabilities.
+    pub calibration: &'a ConfidenceCalibration,
+    /// A drafted token is verified while its path probability is at least this (the value of
+    /// the verification row it takes).
+    pub keep_above: f64,
+    /// Another token is drafted while the expected path probability of that token is at least
+    /// this (the value of a verification row and a drafting step).
+    pub extend_above: f64,
+}
+
+/// A chain's progress under a [`ChainStop`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ChainStep {
+    /// Keep the token and draft another.
+    Extend,
+    /// Keep the token; the chain ends with it.
+    KeepAndEnd,
+    /// Drop the token; the chain ends before it.
+    Drop,
+}
+
+impl ChainStop<'_> {
+    /// Takes the path probability of the chain so far (1 before its first token) and the
+    /// confidence of its newest token; returns the decision and the path probability through
+    /// that token.
+    pub fn step(&self, path: f64, confidence: f32) -> (ChainStep, f64) {
+        let path = path * self.calibration.acceptance(confidence);
+        let decision = if path < self.keep_above {
+            ChainStep::Drop
+        } else if path * self.calibration.mean_acceptance() < self.extend_above {
+            ChainStep::KeepAndEnd
+        } else {
+            ChainStep::Extend
+        };
+        (decision, path)
+    }
+
+    /// How many leading tokens of a chain drafted whole with these `confidences` to keep, for
+    /// drafters whose tokens cost nothing to draft (lookups): the chain ends at the first
+    /// token this rule drops, or after the first it ends on.
+    pub fn cut(&self, confidences: &[f32]) -> usize {
+        let mut path = 1.0;
+        for (index, &confidence) in confidences.iter().enumerate() {
+            let decision;
+            (decision, path) = self.step(path, confidence);
+            match decision {
+                ChainStep::Extend => {}
+                ChainStep::KeepAndEnd => return index + 1,
+                ChainStep::Drop => return index,
+            }
+        }
+        confidences.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_uncalibrated_drafter_is_taken_at_its_word() {
+        let calibration = ConfidenceCalibration::new();
+        assert!((calibration.acceptance(0.85) - 0.85).abs() < 1e-6);
+        assert_eq!(calibration.mean_acceptance(), INITIAL_MEAN_ACCEPTANCE);
+    }
+
+    #[test]
+    fn outcomes_replace_the_prior_per_bin() {
+        let mut calibration = ConfidenceCalibration::new();
+        // An overconfident drafter: at 0.92 only a fifth is accepted; at 0.15 half is.
+        for i in 0..200 {
+            calibration.observe_chain(&[0.92], usize::from(i % 5 == 0));
+            calibration.observe_chain(&[0.15], usize::from(i % 2 == 0));
+        }
+        assert!((calibration.acceptance(0.95) - 0.2).abs() < 0.03);
+        assert!((calibration.acceptance(0.12) - 0.5).abs() < 0.03);
+        assert!((calibration.mean_acceptance() - 0.35).abs() < 1e-9);
+        assert_eq!(calibration.observed(), 400);
+        // A bin never observed keeps the prior.
+        assert!((calibration.acceptance(0.55) - 0.55).abs() < 1e-6);
+    }
+
+    #[test]
+    fn tokens_after_the_first_rejection_are_not_counted() {
+        let mut calibration = ConfidenceCalibration::new();
+        calibration.observe_chain(&[0.95, 0.95, 0.05, 0.05], 2);
+        assert_eq!(calibration.observed(), 3);
+        assert_eq!(calibration.seen[9], 2.0);
+        assert_eq!(calibration.accepted[9], 2.0);
+        assert_eq!((calibration.seen[0], calibration.accepted[0]), (1.0, 0.0));
+    }
+
+    #[test]
+    fn old_outcomes_fade() {
+        let mut calibration = ConfidenceCalibration::new();
+        for _ in 0..3000 {
+            calibration.observe_chain(&[0.5], 1);
+        }
+        for _ in 0..3000 {
+            calibration.observe_chain(&[0.5], 0);
+        }
+        assert!(calibration.acceptance(0.5) < 0.25);
+        assert!(calibration.seen[5] <= MEMORY_OUTCOMES + 1.0);
+    }
+
+    #[test]
+    fn chains_stop_where_the_path_no_longer_pays() {
+        let calibration = ConfidenceCalibration::new();
+        let stop = ChainStop {
+            calibration: &calibration,
+            keep_above: 0.1,
+            extend_above: 0.2,
+        };
+        // Mean acceptance 0.5: extending needs a path of 0.4.
+        let (decision, path) = stop.step(1.0, 0.9);
+        assert_eq!(decision, ChainStep::Extend);
+        let (decision, path) = stop.step(path, 0.5);
+        assert!((path - 0.45).abs() < 1e-6);
+        assert_eq!(decision, ChainStep::Extend);
+        let (decision, path) = stop.step(path, 0.6);
+        assert_eq!(decision, ChainStep::KeepAndEnd, "path {path}");
+        assert_eq!(stop.step(path, 0.2).0, ChainStep::Drop);
+        assert_eq!(stop.step(1.0, 0.05).0, ChainStep::Drop);
+        assert_eq!(stop.cut(&[0.9, 0.5, 0.6, 0.9]), 3);
+        assert_eq!(stop.cut(&[0.9, 0.5, 0.2]), 2);
+        assert_eq!(stop.cut(&[0.9, 0.9]), 2);
+        assert_eq!(stop.cut(&[0.05, 0.9]), 0);
+    }
+}
