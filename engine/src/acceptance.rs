@@ -262,7 +262,6 @@ fn outcome(index: usize, accepted: &[usize]) -> f64 {
     }
 }
 
-/// Moves `rates[j - 1]` towards 1 (row `j` in `accepted`) or 0, for every fed row `j`.
 /// Moves the rates of the 0-based `rows` toward their outcomes (1-based rows `accepted`).
 fn smooth(rates: &mut [f64], rows: Range<usize>, accepted: &[usize], weight: f64) {
     let end = rows.end.min(rates.len());

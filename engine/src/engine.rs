@@ -300,10 +300,13 @@ impl<B: KernelBackend> Engine<B> {
             output: StepOutput::default(),
         };
         // Committing a verification clears the draft; the policy calibrates its confidences.
-        let confidences: Vec<Vec<f32>> = batch
-            .iter()
-            .map(|entry| entry.request.draft.confidences().to_vec())
-            .collect();
+        let confidences: Vec<Vec<f32>> = match self.speculation {
+            Some(_) => batch
+                .iter()
+                .map(|entry| entry.request.draft.confidences().to_vec())
+                .collect(),
+            None => Vec::new(),
+        };
         let results: Vec<EntryResult> = batch
             .iter_mut()
             .zip(verified)
