@@ -1,7 +1,7 @@
 //! Per-request estimates of how likely each draft row is to be accepted, smoothed over the
 //! request's verification outcomes; the engine-wide estimate and the measured share of a
 //! request's own deviation from it that persists ([`AcceptancePrior`]); and the probing of
-//! requests that stopped drafting because their drafts kept failing.
+//! requests that do not draft, whose estimates would otherwise go stale.
 
 use std::ops::Range;
 
@@ -18,12 +18,12 @@ const PRIOR_SMOOTHING: f64 = 0.05;
 /// for each further row: optimistic enough that a new engine tries its drafter.
 const INITIAL_FIRST_ROW: f64 = 0.6;
 
-/// Below this estimated acceptance of its first draft row, a request that does not draft is
-/// probed now and then (its estimate may be stale).
+/// Engine-wide acceptance of the first draft row from which the drafter counts as useful: a
+/// request of a useful drafter that stopped drafting is more likely unlucky than badly served.
 const PROBE_BELOW: f64 = 0.2;
 
-/// Steps a failing request waits before its first probe; each failed probe doubles it up to
-/// [`MAX_PROBE_INTERVAL`], an accepted one resets it.
+/// Steps a request of a drafter that is not useful waits before its first probe; each failed
+/// probe doubles it up to [`MAX_PROBE_INTERVAL`], an accepted one resets it.
 const FIRST_PROBE_INTERVAL: u32 = 4;
 
 /// Longest wait between two probes.
@@ -94,23 +94,33 @@ impl AcceptanceEstimate {
 
     /// Records whether the request drafts in the coming step; returns whether a request that
     /// was not going to draft is due for a probe (then it drafts one token and this counts as
-    /// drafting). While `drafter_useful` (its drafts are accepted often enough engine-wide),
-    /// failed probes do not space the next ones out: a request of a useful drafter that stopped
-    /// after a run of bad luck is probed every few steps until one succeeds, instead of being
-    /// locked out like a request of a drafter that never succeeds.
-    pub fn drafts_or_probes(&mut self, drafts: bool, drafter_useful: bool) -> bool {
+    /// drafting). `probe_every` is the policy's shortest interval between two probes of one
+    /// request (`None` where even a sure draft token would not pay, so no estimate can change
+    /// the choice). While `drafter_useful` (its drafts are accepted often enough engine-wide),
+    /// failed probes do not space the next ones out further: a request of a useful drafter
+    /// that stopped after a run of bad luck, or whose estimate sits just below what a row
+    /// needs, is probed at that interval until one succeeds, instead of being locked out like
+    /// a request of a drafter that never succeeds.
+    pub fn drafts_or_probes(
+        &mut self,
+        drafts: bool,
+        probe_every: Option<u32>,
+        drafter_useful: bool,
+    ) -> bool {
         if drafts {
             self.steps_without_draft = 0;
             return false;
         }
-        let failing = self.rates.first().is_some_and(|&rate| rate < PROBE_BELOW);
-        self.steps_without_draft += 1;
-        let interval = if drafter_useful {
-            FIRST_PROBE_INTERVAL
-        } else {
-            self.probe_interval
+        self.steps_without_draft = self.steps_without_draft.saturating_add(1);
+        let Some(every) = probe_every else {
+            return false;
         };
-        if failing && self.steps_without_draft >= interval {
+        let interval = if drafter_useful {
+            every
+        } else {
+            self.probe_interval.max(every)
+        };
+        if self.steps_without_draft >= interval {
             self.steps_without_draft = 0;
             return true;
         }
@@ -308,7 +318,7 @@ mod tests {
         let mut estimate = AcceptanceEstimate::new(vec![0.0; 3]);
         let mut probes = Vec::new();
         for step in 0..400 {
-            if estimate.drafts_or_probes(false, false) {
+            if estimate.drafts_or_probes(false, Some(FIRST_PROBE_INTERVAL), false) {
                 probes.push(step);
                 estimate.observe(1, &[]);
             }
@@ -320,8 +330,8 @@ mod tests {
             .all(|&gap| gap == MAX_PROBE_INTERVAL as i32));
         let mut good = AcceptanceEstimate::new(vec![0.9; 3]);
         assert!(
-            (0..100).all(|_| !good.drafts_or_probes(false, true)),
-            "requests with good drafts that do not draft (cost) are not probed"
+            (0..100).all(|_| !good.drafts_or_probes(false, None, true)),
+            "where even a sure draft token would not pay, nobody is probed"
         );
     }
 
@@ -330,7 +340,7 @@ mod tests {
         let mut estimate = AcceptanceEstimate::new(vec![0.05; 3]);
         let mut probes = Vec::new();
         for step in 0..40 {
-            if estimate.drafts_or_probes(false, true) {
+            if estimate.drafts_or_probes(false, Some(FIRST_PROBE_INTERVAL), true) {
                 probes.push(step);
                 estimate.observe(1, &[]);
             }

@@ -9,10 +9,13 @@
 //! candidate; taken in order of falling `g`, the best number of them decides each request's
 //! length. A large batch, whose extra rows cost nearly a full row each, drafts little or
 //! nothing; one request with a good drafter drafts the maximum. Requests whose drafts keep
-//! failing (where failures persist, as with n-gram lookups) stop drafting and are probed with
-//! one draft token now and then. A [`GoodputGuard`] checks the model against the tokens per
-//! second drafting steps actually delivered, and stops drafting at batch sizes where it
-//! delivered clearly less than plain decoding.
+//! failing (where failures persist, as with n-gram lookups) stop drafting. A request that does
+//! not draft is probed with one draft token now and then, wherever a sure draft token would pay
+//! for its row, so that no estimate stays stale below what a row needs; the probes of all
+//! requests together cost about a hundredth of a step. A [`GoodputGuard`] checks the model
+//! against the tokens per second drafting steps actually delivered (a step whose drafting call
+//! asked for drafts counts as drafting, whatever its gated chains kept), and stops drafting at
+//! batch sizes where it delivered clearly less than plain decoding.
 //!
 //! A drafter that reports its confidence in each token (EAGLE chains, n-gram lookups) is gated
 //! per token unless a minimum draft length is set: once the policy's [`ConfidenceCalibration`]
@@ -26,7 +29,7 @@
 
 use aquila_spec_decode::proposer::{ChainStop, ConfidenceCalibration};
 
-use crate::acceptance::{AcceptanceEstimate, AcceptancePrior};
+use crate::acceptance::{AcceptanceEstimate, AcceptancePrior, MAX_PROBE_INTERVAL};
 use crate::config::DraftLength;
 use crate::goodput_guard::{Allowance, DecodeStep, GoodputGuard};
 use crate::step_costs::{StepCosts, StepTiming};
@@ -40,6 +43,13 @@ const MIN_CALIBRATION_OUTCOMES: u64 = 32;
 
 /// A drafting call that costs less than this share of a one-row forward is free.
 const FREE_DRAFTING_SHARE: f64 = 0.02;
+
+/// Share of a step's expected time that the probes of requests which do not draft may cost
+/// together, on average: it sets the shortest interval between two probes of one request.
+const PROBE_BUDGET: f64 = 0.01;
+
+/// Fewest steps between two probes of one request.
+const MIN_PROBE_INTERVAL: u32 = 4;
 
 /// One running request about to draft.
 #[derive(Debug)]
@@ -94,6 +104,10 @@ pub(crate) struct DraftPolicy {
     prior: AcceptancePrior,
     guard: GoodputGuard,
     calibration: ConfidenceCalibration,
+    /// Whether the last drafting call asked any request for a draft (a probe included), so
+    /// that the guard charges the step verifying its drafts to drafting even where a gated
+    /// chain drafted nothing.
+    asked: bool,
 }
 
 impl DraftPolicy {
@@ -113,6 +127,7 @@ impl DraftPolicy {
             prior: AcceptancePrior::new(max_draft_tokens),
             guard: GoodputGuard::default(),
             calibration: ConfidenceCalibration::new(),
+            asked: false,
         }
     }
 
@@ -172,7 +187,7 @@ impl DraftPolicy {
     /// request decoded, `None` for a step with prefill work, which is not compared.
     pub fn observe_decode(&mut self, step: Option<&DecodeStep>) {
         match step {
-            Some(step) => self.guard.observe_decode(step),
+            Some(step) => self.guard.observe_decode(step, self.asked),
             None => self.guard.skip_step(),
         }
     }
@@ -195,6 +210,17 @@ impl DraftPolicy {
         other_rows: usize,
         candidates: &mut [DraftCandidate<'_>],
     ) -> DraftPlan {
+        let plan = self.plan(num_running, other_rows, candidates);
+        self.asked = plan.lengths.iter().any(|&n| n > 0);
+        plan
+    }
+
+    fn plan(
+        &mut self,
+        num_running: usize,
+        other_rows: usize,
+        candidates: &mut [DraftCandidate<'_>],
+    ) -> DraftPlan {
         if self.max_batch.is_some_and(|limit| num_running > limit) {
             return DraftPlan::ungated(vec![0; candidates.len()]);
         }
@@ -212,7 +238,11 @@ impl DraftPolicy {
                     .collect(),
             );
         }
-        let (mut lengths, thresholds) = self.best_lengths(other_rows, candidates, min_draft_tokens);
+        let Choice {
+            mut lengths,
+            thresholds,
+            probe_every,
+        } = self.best_lengths(other_rows, candidates, min_draft_tokens);
         let thresholds = thresholds.filter(|t| {
             min_draft_tokens == 0
                 && self.calibration.observed() >= MIN_CALIBRATION_OUTCOMES
@@ -225,7 +255,7 @@ impl DraftPolicy {
             let drafts = *length > 0 || (free_gated_drafts && candidate.cap > 0);
             let probe = candidate
                 .acceptance
-                .drafts_or_probes(drafts, drafter_useful);
+                .drafts_or_probes(drafts, probe_every, drafter_useful);
             if probe && candidate.cap > 0 {
                 *length = 1;
             } else if drafts && thresholds.is_some() {
@@ -249,14 +279,15 @@ impl DraftPolicy {
         self.costs.draft(1, 1) < FREE_DRAFTING_SHARE * forward[0]
     }
 
-    /// The lengths that maximize expected tokens per second (all caps before any timing), and
-    /// the thresholds of confident chains at that choice.
+    /// The lengths that maximize expected tokens per second (all caps before any timing), the
+    /// thresholds of confident chains at that choice, and how often requests that do not draft
+    /// are probed.
     fn best_lengths(
         &self,
         other_rows: usize,
         candidates: &[DraftCandidate<'_>],
         min_draft_tokens: usize,
-    ) -> (Vec<usize>, Option<StopThresholds>) {
+    ) -> Choice {
         let floors: Vec<usize> = candidates
             .iter()
             .map(|c| c.cap.min(min_draft_tokens))
@@ -278,7 +309,11 @@ impl DraftPolicy {
         rows.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
         let base_rows = other_rows + candidates.len() + floors.iter().sum::<usize>();
         let Some(forward) = self.costs.forward_curve(base_rows, rows.len() + 1) else {
-            return (candidates.iter().map(|c| c.cap).collect(), None);
+            return Choice {
+                lengths: candidates.iter().map(|c| c.cap).collect(),
+                thresholds: None,
+                probe_every: None,
+            };
         };
         let mut tokens: f64 = floors
             .iter()
@@ -290,18 +325,19 @@ impl DraftPolicy {
         let cost = |extra: usize, depth: usize| {
             forward[extra] + self.costs.draft(depth, floor_tokens + extra) + self.costs.other()
         };
-        let minimum_rate = tokens / cost(0, depth);
-        let (mut best, mut best_rate) = (0, minimum_rate);
+        let minimum_seconds = cost(0, depth);
+        let minimum_rate = tokens / minimum_seconds;
+        let (mut best, mut best_rate, mut best_seconds) = (0, minimum_rate, minimum_seconds);
         for (taken, &(gain, row, _)) in rows.iter().enumerate() {
             tokens += gain;
             depth = depth.max(row.min(self.max_depth));
-            let rate = tokens / cost(taken + 1, depth);
-            if rate > best_rate {
-                (best, best_rate) = (taken + 1, rate);
+            let seconds = cost(taken + 1, depth);
+            if tokens / seconds > best_rate {
+                (best, best_rate, best_seconds) = (taken + 1, tokens / seconds, seconds);
             }
         }
         if best_rate < minimum_rate * (1.0 + MIN_EXPECTED_GAIN) {
-            (best, best_rate) = (0, minimum_rate);
+            (best, best_rate, best_seconds) = (0, minimum_rate, minimum_seconds);
         }
         let row = forward[best + 1] - forward[best];
         let draft_step = self.costs.draft(2, 2) - self.costs.draft(1, 1);
@@ -313,8 +349,35 @@ impl DraftPolicy {
         for &(_, _, request) in &rows[..best] {
             lengths[request] += 1;
         }
-        (lengths, Some(thresholds))
+        let idle = lengths.iter().filter(|&&n| n == 0).count();
+        let probe_every = self.probe_every(idle, row, best_rate, best_seconds);
+        Choice {
+            lengths,
+            thresholds: Some(thresholds),
+            probe_every,
+        }
     }
+
+    /// The shortest interval between two probes of one request while `idle` requests do not
+    /// draft, a verification row costs `row` seconds, and the chosen step is expected to take
+    /// `step_seconds` at `rate` tokens per second: so that their probes together cost about
+    /// [`PROBE_BUDGET`] of a step. `None` where a sure draft token would not pay for its row
+    /// and a one-token drafting call, so no estimate could make a request draft.
+    fn probe_every(&self, idle: usize, row: f64, rate: f64, step_seconds: f64) -> Option<u32> {
+        let probe_seconds = row + self.costs.draft(1, 1);
+        if idle == 0 || probe_seconds * rate >= 1.0 || step_seconds <= 0.0 {
+            return None;
+        }
+        let interval = idle as f64 * probe_seconds / (PROBE_BUDGET * step_seconds);
+        Some((interval.ceil() as u32).clamp(MIN_PROBE_INTERVAL, MAX_PROBE_INTERVAL))
+    }
+}
+
+/// What [`DraftPolicy::best_lengths`] chose.
+struct Choice {
+    lengths: Vec<usize>,
+    thresholds: Option<StopThresholds>,
+    probe_every: Option<u32>,
 }
 
 #[cfg(test)]
@@ -429,6 +492,52 @@ mod tests {
         assert!(drafted[100..].iter().all(|&n| n <= 1));
     }
 
+    /// Takes in `steps` one-row steps of a 25 ms forward after a drafting call of `draft_ms`.
+    fn drafting_costs(policy: &mut DraftPolicy, draft_ms: u64, steps: usize) {
+        for _ in 0..steps {
+            policy.observe_step(&StepTiming {
+                rows: 1,
+                forward: Duration::from_millis(25),
+                draft_depth: 1,
+                draft_tokens: 1,
+                draft: Duration::from_millis(draft_ms),
+                other: Duration::ZERO,
+            });
+        }
+    }
+
+    #[test]
+    fn a_request_just_below_what_a_row_needs_is_still_probed_now_and_then() {
+        let mut policy = DraftPolicy::new(ADAPTIVE, None, 3, 3);
+        measured(&mut policy, 25.0, 8, 3.0);
+        // An 8 ms drafting call against a 25 ms forward: a first row accepted three times in
+        // ten does not pay for it, but a sure one would.
+        drafting_costs(&mut policy, 8, 20);
+        for i in 0..200 {
+            let mut request = policy.new_estimate();
+            let accepted: &[usize] = if i % 10 < 3 { &[1] } else { &[] };
+            policy.observe_verification(&mut request, 1, accepted, &[]);
+        }
+        let mut estimate = policy.new_estimate();
+        let drafted: Vec<usize> = (0..256)
+            .map(|_| choose(&mut policy, std::slice::from_mut(&mut estimate), 3)[0])
+            .collect();
+        let probes = drafted.iter().filter(|&&n| n == 1).count();
+        assert!(drafted.iter().all(|&n| n <= 1), "{drafted:?}");
+        assert!(
+            (2..=256 / MIN_PROBE_INTERVAL as usize / 2).contains(&probes),
+            "its stale estimate is checked, at a small share of the steps: {probes} probes"
+        );
+        // Where a row costs more than a sure token brings, nobody is probed.
+        let mut crowded = DraftPolicy::new(ADAPTIVE, None, 3, 3);
+        measured(&mut crowded, 25.0, 0, 30.0);
+        drafting_costs(&mut crowded, 8, 20);
+        let mut estimates = estimates(4, &[0.3, 0.0, 0.0]);
+        for _ in 0..256 {
+            assert_eq!(choose(&mut crowded, &mut estimates, 3), vec![0; 4]);
+        }
+    }
+
     #[test]
     fn fixed_length_and_the_batch_size_limit() {
         let mut fixed = DraftPolicy::new(DraftLength::Fixed, Some(2), 3, 3);
@@ -538,16 +647,7 @@ mod tests {
         assert_eq!((plan.lengths, plan.gated), (vec![3], vec![true]));
         // A drafting call of 5 ms against a 28 ms forward is not free, and on average the
         // drafts do not pay for it.
-        for _ in 0..20 {
-            policy.observe_step(&StepTiming {
-                rows: 1,
-                forward: Duration::from_millis(25),
-                draft_depth: 1,
-                draft_tokens: 1,
-                draft: Duration::from_millis(5),
-                other: Duration::ZERO,
-            });
-        }
+        drafting_costs(&mut policy, 5, 20);
         let plan = policy.choose(1, 0, &mut candidates);
         assert_eq!(plan.lengths, vec![0], "{plan:?}");
     }

@@ -749,9 +749,8 @@ fn decode_step(
     elapsed: std::time::Duration,
 ) -> Option<DecodeStep> {
     let decodes = |entry: &BatchEntry<'_>| entry.work.samples && entry.work.num_known_tokens == 1;
-    batch.iter().all(decodes).then(|| DecodeStep {
+    batch.iter().all(decodes).then_some(DecodeStep {
         num_running,
-        verified_drafts: batch.iter().any(|entry| entry.work.num_draft_tokens > 0),
         tokens: tokens as usize,
         seconds: elapsed.as_secs_f64(),
     })

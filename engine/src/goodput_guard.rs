@@ -62,8 +62,6 @@ pub(crate) enum Allowance {
 pub(crate) struct DecodeStep {
     /// Requests running when the step was scheduled.
     pub num_running: usize,
-    /// Whether its forward verified any draft token.
-    pub verified_drafts: bool,
     /// Output tokens it emitted.
     pub tokens: usize,
     /// Seconds of its forward, verification and commit.
@@ -241,14 +239,17 @@ impl GoodputGuard {
     }
 
     /// Takes in one finished decode step (call before [`GoodputGuard::observe_draft_call`] of
-    /// the same step, whose drafts the next step verifies).
-    pub fn observe_decode(&mut self, step: &DecodeStep) {
+    /// the same step, whose drafts the next step verifies); `drafted`: whether the drafting
+    /// call before it asked any request for a draft. A step counts as drafting by what was
+    /// asked, not by what it verified: a confidence-gated chain may end before its first
+    /// token, and the call that drafted nothing is still a cost of drafting.
+    pub fn observe_decode(&mut self, step: &DecodeStep, drafted: bool) {
         let seconds = step.seconds + std::mem::take(&mut self.pending_draft_seconds);
         if !seconds.is_finite() || seconds <= 0.0 {
             return;
         }
         let rates = self.by_batch.entry(step.num_running).or_default();
-        let mode = if step.verified_drafts {
+        let mode = if drafted {
             Allowance::Draft
         } else {
             Allowance::Plain
@@ -320,16 +321,18 @@ mod tests {
             let drafts = guard.allowance(num_running) == Allowance::Draft;
             drafted += usize::from(drafts);
             guard.observe_draft_call(if drafts { machine.call_seconds } else { 0.0 });
-            guard.observe_decode(&DecodeStep {
-                num_running,
-                verified_drafts: drafts,
-                tokens: if drafts { machine.tokens } else { num_running },
-                seconds: if drafts {
-                    machine.seconds
-                } else {
-                    machine.plain_seconds
+            guard.observe_decode(
+                &DecodeStep {
+                    num_running,
+                    tokens: if drafts { machine.tokens } else { num_running },
+                    seconds: if drafts {
+                        machine.seconds
+                    } else {
+                        machine.plain_seconds
+                    },
                 },
-            });
+                drafts,
+            );
         }
         drafted
     }
@@ -447,16 +450,16 @@ mod tests {
             let drafts = guard.allowance(1) == Allowance::Draft;
             drafted += usize::from(drafts);
             guard.observe_draft_call(if drafts { 0.005 } else { 0.0 });
-            guard.observe_decode(&DecodeStep {
+            let step = DecodeStep {
                 num_running: 1,
-                verified_drafts: drafts,
                 tokens: if drafts { noisy_tokens(step) } else { 1 },
                 seconds: if drafts {
                     seconds - 0.005
                 } else {
                     plain_seconds
                 },
-            });
+            };
+            guard.observe_decode(&step, drafts);
         }
         drafted
     }
@@ -513,12 +516,12 @@ mod tests {
                 false => (1, plain_seconds * jitter),
             };
             guard.observe_draft_call(0.0);
-            guard.observe_decode(&DecodeStep {
+            let step = DecodeStep {
                 num_running: 1,
-                verified_drafts: drafts,
                 tokens,
                 seconds,
-            });
+            };
+            guard.observe_decode(&step, drafts);
         }
         drafted
     }
