@@ -215,6 +215,7 @@ impl DraftPolicy {
         plan
     }
 
+    /// [`DraftPolicy::choose`]'s plan, before it is remembered whether the plan asked for drafts.
     fn plan(
         &mut self,
         num_running: usize,
@@ -375,8 +376,12 @@ impl DraftPolicy {
 
 /// What [`DraftPolicy::best_lengths`] chose.
 struct Choice {
+    /// Most draft tokens of each candidate, in order.
     lengths: Vec<usize>,
+    /// The thresholds of confident chains at that choice; `None` before any timing.
     thresholds: Option<StopThresholds>,
+    /// The shortest interval between two probes of one request; `None` where no probe could
+    /// change the choice.
     probe_every: Option<u32>,
 }
 
