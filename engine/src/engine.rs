@@ -10,6 +10,7 @@ use aquila_metrics::{
 use aquila_model_loader::backend::KernelBackend;
 use aquila_model_loader::model::{FeatureTap, LlamaModel};
 use aquila_model_loader::tokenizer::Tokenizer;
+use aquila_model_loader::LoadError;
 use aquila_spec_decode::proposer::{Draft, ProposeRequest};
 use burn::module::Module;
 use burn::tensor::Tensor;
@@ -84,26 +85,36 @@ impl<B: KernelBackend> Engine<B> {
         custom_proposer: Option<FeaturelessProposer>,
         loaded: Option<LlamaModel<B>>,
     ) -> Result<Self, EngineError> {
+        let load_error = |error| EngineError::Load {
+            dir: config.model.clone(),
+            error: Box::new(error),
+        };
+        if loaded.is_none() {
+            if let Err(source) = std::fs::metadata(&config.model) {
+                let path = config.model.clone();
+                return Err(load_error(LoadError::Io { path, source }));
+            }
+        }
+        // The tokenizer before the weights: parsing it takes several times its final size for
+        // a moment, which then is not stacked on top of the weights' memory (and a broken
+        // tokenizer fails before the long weight load).
+        let tokenizer =
+            Tokenizer::from_dir(&config.model).map_err(|error| EngineError::Tokenizer {
+                dir: config.model.clone(),
+                error,
+            })?;
         let model = match loaded {
             Some(model) => model,
             None => {
                 // Inference: parameters without gradients, so that an autodiff backend (the
                 // generic CPU path) records no graph.
                 let model = LlamaModel::<B>::load_in_format(&config.model, config.weights, device)
-                    .map_err(|error| EngineError::Load {
-                        dir: config.model.clone(),
-                        error: Box::new(error),
-                    })?
+                    .map_err(load_error)?
                     .no_grad();
                 B::back_with_huge_pages(&model);
                 model
             }
         };
-        let tokenizer =
-            Tokenizer::from_dir(&config.model).map_err(|error| EngineError::Tokenizer {
-                dir: config.model.clone(),
-                error,
-            })?;
         let model_config = model.config();
         let kv_bytes_per_token = 2
             * model_config.num_hidden_layers

@@ -191,13 +191,7 @@ fn main() {
         has_avx512(),
         rayon::current_num_threads()
     );
-    let heads = |rows, len| AttentionShape {
-        rows,
-        len,
-        num_heads: 9,
-        num_kv_heads: 3,
-        head_dim: 64,
-    };
+    let heads = |rows, len| AttentionShape::new(rows, len, 9, 3, 64);
     bench_attention(
         "attention prefill 512 causal",
         heads(512, 512),

@@ -1,20 +1,28 @@
 //! `KvCache`: keys and values of every layer for a fixed number of sequence slots.
 //!
-//! Storage is one contiguous `[kv_heads, len, head_dim]` tensor per layer, slot and kind,
-//! exactly as long as the slot's history; appending concatenates. This is deliberate: burn's
-//! attention wants contiguous keys and values, so a padded buffer would be copied on every
-//! read, and on the CPU backend `slice_assign` copies the whole destination anyway (it is not
-//! in place). A concatenation reads the history once, which is cheaper than the attention that
-//! follows it (see `examples/bench_forward.rs`). Nothing is allocated for a slot until it holds
-//! tokens, and `reset` frees it. A slot's first chunk is kept as handed in (a view of the
-//! forward pass's key/value projection) until its next append replaces it with a fresh
-//! tensor; [`KvCache::memory_bytes`] counts cached rows.
+//! Storage is one `[kv_heads, capacity, head_dim]` buffer per layer, slot and kind, of which
+//! the first `len` rows per head are the slot's history. Two ways of appending share it:
+//!
+//! - [`KvCache::append_with`] writes new rows into the buffer where it stands, growing it
+//!   (by at least an eighth, in whole [`KV_ROW_GRANULE`]s) only when it is full, so a decode step costs
+//!   the new rows and not a copy of the history. The CPU kernels append this way and read the
+//!   padded buffer directly (`AttentionShape::kv_capacity`).
+//! - [`KvCache::append`] concatenates, leaving a buffer exactly as long as the history: burn's
+//!   generic attention wants contiguous keys and values, which a padded buffer would have to be
+//!   copied into on every read.
+//!
+//! Nothing is allocated for a slot until it holds tokens, and `reset` frees it; a truncation
+//! keeps the buffer for the rows that follow. [`KvCache::memory_bytes`] counts buffers.
 
 use burn::tensor::backend::Backend;
-use burn::tensor::{Int, Tensor, TensorData};
+use burn::tensor::{DType, Int, Tensor, TensorData};
+use std::ops::Range;
 
-/// Keys and values of one layer for one slot, `[kv_heads, rows, head_dim]` each. After a
-/// truncation `rows` may exceed the slot's length until the next append.
+/// Rows by which [`KvCache::append_with`] sizes its buffers.
+pub const KV_ROW_GRANULE: usize = 64;
+
+/// Keys and values of one layer for one slot, `[kv_heads, capacity, head_dim]` each; the
+/// slot's length says how many rows per head are history.
 #[derive(Debug, Clone)]
 struct LayerEntry<B: Backend> {
     keys: Tensor<B, 3>,
@@ -22,8 +30,34 @@ struct LayerEntry<B: Backend> {
 }
 
 impl<B: Backend> LayerEntry<B> {
-    fn rows(&self) -> usize {
+    /// Rows per head the buffers hold.
+    fn capacity(&self) -> usize {
         self.keys.dims()[1]
+    }
+
+    /// Zeroed buffers of `capacity` rows.
+    fn zeros(shape: [usize; 3], dtype: DType, device: &B::Device) -> Self {
+        let zeros = || Tensor::zeros(shape, (device, dtype));
+        Self {
+            keys: zeros(),
+            values: zeros(),
+        }
+    }
+
+    /// Buffers of `capacity` rows holding this entry's first `len` rows.
+    fn grown(self, len: usize, capacity: usize) -> Self {
+        let [kv_heads, _, head_dim] = self.keys.dims();
+        let device = self.keys.device();
+        let dtype = self.keys.dtype();
+        let grow = |kept: Tensor<B, 3>| {
+            let room = Tensor::zeros([kv_heads, capacity - len, head_dim], (&device, dtype));
+            Tensor::cat(vec![kept, room], 1)
+        };
+        let kept = self.prefix(len);
+        Self {
+            keys: grow(kept.keys),
+            values: grow(kept.values),
+        }
     }
 
     fn bytes(&self) -> usize {
@@ -140,8 +174,7 @@ impl<B: Backend> KvCache<B> {
         self.free(slot);
     }
 
-    /// Bytes of key/value storage held: every cached row, plus rows cut off by a truncation
-    /// until the slot's next append.
+    /// Bytes of key/value buffers held, spare capacity included.
     pub fn memory_bytes(&self) -> usize {
         self.entries
             .iter()
@@ -164,7 +197,7 @@ impl<B: Backend> KvCache<B> {
         let len = self.lens[slot];
         let entry = match self.entries[layer][slot].take() {
             Some(old) if len > 0 => {
-                let old = if old.rows() > len {
+                let old = if old.capacity() > len {
                     old.prefix(len)
                 } else {
                     old
@@ -181,6 +214,42 @@ impl<B: Backend> KvCache<B> {
         history
     }
 
+    /// Appends `new_rows` rows to `slot` in `layer` in place: `write` gets the slot's key and
+    /// value buffers (`[kv_heads, capacity, head_dim]`, grown first if they lack room, made of
+    /// `dtype` zeros for an empty slot) and the rows to fill, and returns the buffers. Returns
+    /// handles of the buffers, whose first `len + new_rows` rows per head are the history;
+    /// drop them before the next append, or that append copies the buffer. The slot's length
+    /// only grows once [`KvCache::advance`] is called, after every layer has appended.
+    #[allow(clippy::too_many_arguments)]
+    pub fn append_with(
+        &mut self,
+        layer: usize,
+        slot: usize,
+        new_rows: usize,
+        [kv_heads, head_dim]: [usize; 2],
+        (device, dtype): (&B::Device, DType),
+        write: impl FnOnce(Tensor<B, 3>, Tensor<B, 3>, Range<usize>) -> (Tensor<B, 3>, Tensor<B, 3>),
+    ) -> (Tensor<B, 3>, Tensor<B, 3>) {
+        let len = self.lens[slot];
+        let needed = len + new_rows;
+        let entry = match self.entries[layer][slot].take() {
+            Some(entry) if len > 0 && entry.capacity() >= needed => entry,
+            Some(entry) if len > 0 => {
+                let capacity = grown_capacity(entry.capacity(), needed);
+                entry.grown(len, capacity)
+            }
+            _ => LayerEntry::zeros(
+                [kv_heads, grown_capacity(0, needed), head_dim],
+                dtype,
+                device,
+            ),
+        };
+        let (keys, values) = write(entry.keys, entry.values, len..needed);
+        let history = (keys.clone(), values.clone());
+        self.entries[layer][slot] = Some(LayerEntry { keys, values });
+        history
+    }
+
     /// Records that `n` tokens were appended to `slot` in every layer.
     pub fn advance(&mut self, slot: usize, n: usize) {
         self.lens[slot] += n;
@@ -191,6 +260,16 @@ impl<B: Backend> KvCache<B> {
             layer[slot] = None;
         }
     }
+}
+
+/// Capacity for `needed` rows when the buffer holds `capacity`: at least an eighth more, so
+/// that a long sequence copies each of its rows a few times at most, while spare rows stay
+/// within an eighth of the buffer (plus a granule) beyond what the engine's KV budget counts;
+/// in whole [`KV_ROW_GRANULE`]s.
+fn grown_capacity(capacity: usize, needed: usize) -> usize {
+    needed
+        .max(capacity + capacity / 8)
+        .next_multiple_of(KV_ROW_GRANULE)
 }
 
 #[cfg(test)]
@@ -249,6 +328,54 @@ mod tests {
         fill(&mut cache, 1, 10, 1);
         assert_eq!(row_ids(&cache, 0, 1), [0., 1., 10.]);
         assert_eq!(cache.len(0), 0);
+    }
+
+    /// Appends rows `base..base + n` to `slot` in every layer in place.
+    fn fill_in_place(cache: &mut KvCache<B>, slot: usize, base: usize, n: usize) {
+        for layer in 0..cache.num_layers() {
+            let (k, v) = rows(base, n);
+            let device = Default::default();
+            cache.append_with(
+                layer,
+                slot,
+                n,
+                [1, 2],
+                (&device, DType::F32),
+                |keys, values, at| {
+                    let place = |buffer: Tensor<B, 3>, new| {
+                        buffer.slice_assign([0..1, at.clone(), 0..2], new)
+                    };
+                    (place(keys, k), place(values, v))
+                },
+            );
+        }
+        cache.advance(slot, n);
+    }
+
+    #[test]
+    fn in_place_appends_fill_spare_rows_and_grow_by_granules() {
+        let mut cache = KvCache::<B>::new(2, 1);
+        let granule_bytes = 2 * KV_ROW_GRANULE * 2 * 4;
+        fill_in_place(&mut cache, 0, 0, 3);
+        fill_in_place(&mut cache, 0, 3, 1);
+        assert_eq!(row_ids(&cache, 1, 0), [0., 1., 2., 3.]);
+        assert_eq!(cache.memory_bytes(), 2 * granule_bytes);
+        // Past the first granule the buffer grows by whole granules, keeping the history.
+        fill_in_place(&mut cache, 0, 4, KV_ROW_GRANULE);
+        let ids: Vec<f32> = (0..KV_ROW_GRANULE + 4).map(|i| i as f32).collect();
+        assert_eq!(row_ids(&cache, 0, 0), ids);
+        assert_eq!(cache.memory_bytes(), 2 * 2 * granule_bytes);
+        // A rollback keeps the buffer; the next rows overwrite the rejected ones.
+        cache.truncate(0, 2);
+        fill_in_place(&mut cache, 0, 90, 2);
+        assert_eq!(row_ids(&cache, 0, 0), [0., 1., 90., 91.]);
+        assert_eq!(cache.memory_bytes(), 2 * 2 * granule_bytes);
+        cache.gather(0, 1, &[0, 2]);
+        assert_eq!(row_ids(&cache, 1, 0), [0., 1., 91.]);
+        fill_in_place(&mut cache, 0, 7, 1);
+        assert_eq!(row_ids(&cache, 1, 0), [0., 1., 91., 7.]);
+        cache.reset(0);
+        assert_eq!(cache.memory_bytes(), 0);
     }
 
     #[test]

@@ -51,9 +51,39 @@ pub struct AttentionShape {
     pub num_kv_heads: usize,
     /// Dimension of every query, key and value head.
     pub head_dim: usize,
+    /// Rows each key/value head occupies in the key and value buffers, at least `len`: a KV
+    /// cache's preallocated buffers hold `[num_kv_heads, kv_capacity, head_dim]` of which the
+    /// first `len` rows per head are read.
+    pub kv_capacity: usize,
 }
 
 impl AttentionShape {
+    /// The shape of keys and values exactly `len` rows per head.
+    pub fn new(
+        rows: usize,
+        len: usize,
+        num_heads: usize,
+        num_kv_heads: usize,
+        head_dim: usize,
+    ) -> Self {
+        Self {
+            rows,
+            len,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+            kv_capacity: len,
+        }
+    }
+
+    /// The same shape over buffers of `kv_capacity` rows per key/value head.
+    pub fn with_kv_capacity(self, kv_capacity: usize) -> Self {
+        Self {
+            kv_capacity,
+            ..self
+        }
+    }
+
     /// Query heads per key/value head.
     pub fn group_size(&self) -> usize {
         self.num_heads / self.num_kv_heads
@@ -96,14 +126,15 @@ impl Visibility<'_> {
 /// query head, over the keys that `visibility` lets each row see.
 ///
 /// Layouts (all row-major): `query` and `out` are `[rows, num_heads, head_dim]` (`out` is
-/// fully overwritten); `keys` and `values` are `[num_kv_heads, len, head_dim]`. Query head `h`
+/// fully overwritten); `keys` and `values` are `[num_kv_heads, kv_capacity, head_dim]`, of
+/// which the first `len` rows of each head are read. Query head `h`
 /// uses key/value head `h / (num_heads / num_kv_heads)`. A row that sees no key gets zeros.
 /// Scores, softmax and accumulation are in f32.
 ///
 /// # Panics
 ///
 /// If the shape is inconsistent (zero `head_dim` or `num_kv_heads`, `num_heads` not a multiple
-/// of `num_kv_heads`), a slice length does not match it, a causal `cached + rows != len` or a
+/// of `num_kv_heads`, `kv_capacity` below `len`), a slice length does not match it, a causal `cached + rows != len` or a
 /// mask is not `rows * len` long.
 pub fn grouped_query_attention(
     query: &[f32],
@@ -131,6 +162,7 @@ fn validate(
         num_heads,
         num_kv_heads,
         head_dim,
+        kv_capacity,
     } = *shape;
     assert!(head_dim > 0, "attention: head_dim must be positive");
     assert!(num_kv_heads > 0, "attention: num_kv_heads must be positive");
@@ -138,8 +170,12 @@ fn validate(
         num_heads.is_multiple_of(num_kv_heads),
         "attention: num_heads {num_heads} is not a multiple of num_kv_heads {num_kv_heads}"
     );
+    assert!(
+        kv_capacity >= len,
+        "attention: kv_capacity {kv_capacity} is below len {len}"
+    );
     let query_len = rows * num_heads * head_dim;
-    let kv_len = num_kv_heads * len * head_dim;
+    let kv_len = num_kv_heads * kv_capacity * head_dim;
     assert_eq!(
         query.len(),
         query_len,
@@ -155,13 +191,13 @@ fn validate(
     assert_eq!(
         keys.len(),
         kv_len,
-        "attention: keys have {} elements, expected num_kv_heads {num_kv_heads} x len {len} x head_dim {head_dim}",
+        "attention: keys have {} elements, expected num_kv_heads {num_kv_heads} x kv_capacity {kv_capacity} x head_dim {head_dim}",
         keys.len()
     );
     assert_eq!(
         values.len(),
         kv_len,
-        "attention: values have {} elements, expected num_kv_heads {num_kv_heads} x len {len} x head_dim {head_dim}",
+        "attention: values have {} elements, expected num_kv_heads {num_kv_heads} x kv_capacity {kv_capacity} x head_dim {head_dim}",
         values.len()
     );
     match *visibility {
@@ -194,8 +230,9 @@ struct Inputs<'a> {
 impl<'a> Inputs<'a> {
     /// Keys and values `[len, head_dim]` of one key/value head.
     fn kv_head(&self, kv_head: usize) -> (&'a [f32], &'a [f32]) {
-        let size = self.shape.len * self.shape.head_dim;
-        let range = kv_head * size..(kv_head + 1) * size;
+        let head_dim = self.shape.head_dim;
+        let start = kv_head * self.shape.kv_capacity * head_dim;
+        let range = start..start + self.shape.len * head_dim;
         (&self.keys[range.clone()], &self.values[range])
     }
 
@@ -235,6 +272,7 @@ fn attention_with(
         num_heads,
         num_kv_heads,
         head_dim,
+        ..
     } = *shape;
     #[cfg(target_arch = "x86_64")]
     let simd = simd && super::has_avx512() && head_dim <= SIMD_MAX_HEAD_DIM;

@@ -126,13 +126,7 @@ fn shape(
     num_kv_heads: usize,
     head_dim: usize,
 ) -> AttentionShape {
-    AttentionShape {
-        rows,
-        len,
-        num_heads,
-        num_kv_heads,
-        head_dim,
-    }
+    AttentionShape::new(rows, len, num_heads, num_kv_heads, head_dim)
 }
 
 /// (num_heads, num_kv_heads, head_dim): SmolLM2-135M's 9/3/64, group 1 and group 3 with
@@ -254,6 +248,67 @@ fn mask_matching_causal_gives_same_output() {
         &mut masked,
     );
     assert_eq!(causal, masked);
+}
+
+/// `[heads, len, head_dim]` values in buffers of `capacity` rows per head, the rows past `len`
+/// filled with NaN so that reading one would show in the output.
+fn padded(compact: &[f32], heads: usize, len: usize, head_dim: usize, capacity: usize) -> Vec<f32> {
+    let mut out = vec![f32::NAN; heads * capacity * head_dim];
+    for h in 0..heads {
+        let head = &compact[h * len * head_dim..(h + 1) * len * head_dim];
+        out[h * capacity * head_dim..][..len * head_dim].copy_from_slice(head);
+    }
+    out
+}
+
+#[test]
+fn padded_key_value_buffers_read_only_their_first_len_rows() {
+    let mut rng = Lcg::new(27);
+    for (num_heads, num_kv_heads, head_dim) in HEADS {
+        for (rows, cached, capacity) in [(1, 70, 128), (4, 12, 16), (9, 0, 64)] {
+            let len = cached + rows;
+            let case = Case::new(
+                &mut rng,
+                shape(rows, len, num_heads, num_kv_heads, head_dim),
+            );
+            let pad = |compact: &[f32]| padded(compact, num_kv_heads, len, head_dim, capacity);
+            let (keys, values) = (pad(&case.keys), pad(&case.values));
+            let wide = case.shape.with_kv_capacity(capacity);
+            let visibility = Visibility::Causal { cached };
+            let run = |keys: &[f32], values: &[f32], shape: &AttentionShape, simd: bool| {
+                let mut out = vec![f32::NAN; case.query.len()];
+                attention_with(
+                    &case.query,
+                    keys,
+                    values,
+                    shape,
+                    &visibility,
+                    &mut out,
+                    simd,
+                );
+                out
+            };
+            for simd in [false, true] {
+                let want = run(&case.keys, &case.values, &case.shape, simd);
+                let got = run(&keys, &values, &wide, simd);
+                assert_eq!(got, want, "{wide:?} simd {simd}");
+            }
+        }
+    }
+}
+
+#[test]
+#[should_panic(expected = "attention: kv_capacity 2 is below len 3")]
+fn rejects_a_capacity_below_the_length() {
+    let s = shape(1, 3, 1, 1, 4).with_kv_capacity(2);
+    grouped_query_attention(
+        &[0.0; 4],
+        &[0.0; 8],
+        &[0.0; 8],
+        &s,
+        &Visibility::All,
+        &mut [0.0; 4],
+    );
 }
 
 #[test]
