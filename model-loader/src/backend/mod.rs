@@ -72,6 +72,12 @@ pub trait KernelBackend: Backend {
     /// weight once per step. Nothing by default.
     fn back_with_huge_pages<M: burn::module::Module<Self>>(_module: &M) {}
 
+    /// Runs `pass` (one forward pass of a model) on the threads where the backend's parallel
+    /// kernels start their work cheapest. On the calling thread by default.
+    fn on_kernel_threads<R: Send>(pass: impl FnOnce() -> R + Send) -> R {
+        pass()
+    }
+
     /// Each block's `x Wᵀ + b` for `x` of shape `[rows, in]`: `[rows, out_i]`, in block
     /// order.
     fn project(x: Tensor<Self, 2>, blocks: &[LinearBlock<Self>]) -> Vec<Tensor<Self, 2>> {

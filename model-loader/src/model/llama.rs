@@ -239,6 +239,16 @@ impl<B: KernelBackend> LlamaModel<B> {
         cache: &mut KvCache<B>,
         tap: &FeatureTap,
     ) -> Result<ForwardOutput<B>, ModelError> {
+        B::on_kernel_threads(|| self.forward_here(batch, cache, tap))
+    }
+
+    /// [`LlamaModel::forward`] on the calling thread.
+    fn forward_here(
+        &self,
+        batch: &ForwardBatch,
+        cache: &mut KvCache<B>,
+        tap: &FeatureTap,
+    ) -> Result<ForwardOutput<B>, ModelError> {
         let config = &self.config;
         batch.validate(
             config.vocab_size,

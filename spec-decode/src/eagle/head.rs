@@ -165,6 +165,17 @@ impl<B: KernelBackend> EagleHead<B> {
         hidden: Tensor<B, 2>,
         cache: &mut KvCache<B>,
     ) -> Result<Tensor<B, 2>, ModelError> {
+        B::on_kernel_threads(|| self.forward_here(target, batch, hidden, cache))
+    }
+
+    /// [`EagleHead::forward`] on the calling thread.
+    fn forward_here(
+        &self,
+        target: &LlamaModel<B>,
+        batch: &ForwardBatch,
+        hidden: Tensor<B, 2>,
+        cache: &mut KvCache<B>,
+    ) -> Result<Tensor<B, 2>, ModelError> {
         let target_config = target.config();
         batch.validate(
             target_config.vocab_size,

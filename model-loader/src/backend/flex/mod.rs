@@ -32,6 +32,13 @@ impl KernelBackend for Flex {
         huge_pages::back_with_huge_pages(module);
     }
 
+    /// On a worker of rayon's pool: each parallel loop of the pass then shares its work with
+    /// the other workers directly, where a loop started from outside the pool hands all of it
+    /// to the pool and sleeps until a worker wakes it, at every projection of every layer.
+    fn on_kernel_threads<R: Send>(pass: impl FnOnce() -> R + Send) -> R {
+        rayon::scope(|_| pass())
+    }
+
     /// Up to [`MAX_GEMV_ROWS`] rows (decoding, draft verification, small batches) on the
     /// weight-streaming kernel of [`crate::kernels::gemv`], all blocks in one parallel pass;
     /// more on [`crate::kernels::gemm`].
