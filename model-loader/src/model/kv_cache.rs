@@ -3,10 +3,10 @@
 //! Storage is one `[kv_heads, capacity, head_dim]` buffer per layer, slot and kind, of which
 //! the first `len` rows per head are the slot's history. Two ways of appending share it:
 //!
-//! - [`KvCache::append_with`] writes new rows into the buffer where it stands, growing it
-//!   (by at least an eighth, in whole [`KV_ROW_GRANULE`]s) only when it is full, so a decode step costs
-//!   the new rows and not a copy of the history. The CPU kernels append this way and read the
-//!   padded buffer directly (`AttentionShape::kv_capacity`).
+//! - [`KvCache::append_with`] writes new rows into the buffer where it stands, growing it (by
+//!   at least an eighth, in whole [`KV_ROW_GRANULE`]s) only when it is full, so a decode step
+//!   costs the new rows and not a copy of the history. The CPU kernels append this way and
+//!   read the padded buffer directly (`AttentionShape::kv_capacity`).
 //! - [`KvCache::append`] concatenates, leaving a buffer exactly as long as the history: burn's
 //!   generic attention wants contiguous keys and values, which a padded buffer would have to be
 //!   copied into on every read.
@@ -20,6 +20,9 @@ use std::ops::Range;
 
 /// Rows by which [`KvCache::append_with`] sizes its buffers.
 pub const KV_ROW_GRANULE: usize = 64;
+
+/// Key and value tensors of one layer and slot.
+pub type KeysAndValues<B> = (Tensor<B, 3>, Tensor<B, 3>);
 
 /// Keys and values of one layer for one slot, `[kv_heads, capacity, head_dim]` each; the
 /// slot's length says how many rows per head are history.
@@ -35,7 +38,7 @@ impl<B: Backend> LayerEntry<B> {
         self.keys.dims()[1]
     }
 
-    /// Zeroed buffers of `capacity` rows.
+    /// Zeroed key and value buffers of `shape`.
     fn zeros(shape: [usize; 3], dtype: DType, device: &B::Device) -> Self {
         let zeros = || Tensor::zeros(shape, (device, dtype));
         Self {
@@ -193,7 +196,7 @@ impl<B: Backend> KvCache<B> {
         slot: usize,
         keys: Tensor<B, 3>,
         values: Tensor<B, 3>,
-    ) -> (Tensor<B, 3>, Tensor<B, 3>) {
+    ) -> KeysAndValues<B> {
         let len = self.lens[slot];
         let entry = match self.entries[layer][slot].take() {
             Some(old) if len > 0 => {
@@ -220,7 +223,6 @@ impl<B: Backend> KvCache<B> {
     /// handles of the buffers, whose first `len + new_rows` rows per head are the history;
     /// drop them before the next append, or that append copies the buffer. The slot's length
     /// only grows once [`KvCache::advance`] is called, after every layer has appended.
-    #[allow(clippy::too_many_arguments)]
     pub fn append_with(
         &mut self,
         layer: usize,
@@ -228,8 +230,8 @@ impl<B: Backend> KvCache<B> {
         new_rows: usize,
         [kv_heads, head_dim]: [usize; 2],
         (device, dtype): (&B::Device, DType),
-        write: impl FnOnce(Tensor<B, 3>, Tensor<B, 3>, Range<usize>) -> (Tensor<B, 3>, Tensor<B, 3>),
-    ) -> (Tensor<B, 3>, Tensor<B, 3>) {
+        write: impl FnOnce(Tensor<B, 3>, Tensor<B, 3>, Range<usize>) -> KeysAndValues<B>,
+    ) -> KeysAndValues<B> {
         let len = self.lens[slot];
         let needed = len + new_rows;
         let entry = match self.entries[layer][slot].take() {
@@ -263,9 +265,9 @@ impl<B: Backend> KvCache<B> {
 }
 
 /// Capacity for `needed` rows when the buffer holds `capacity`: at least an eighth more, so
-/// that a long sequence copies each of its rows a few times at most, while spare rows stay
-/// within an eighth of the buffer (plus a granule) beyond what the engine's KV budget counts;
-/// in whole [`KV_ROW_GRANULE`]s.
+/// that the copies a growing sequence makes add up to about eight times its rows, while spare
+/// rows stay within an eighth of the buffer (plus a granule) beyond what the engine's KV
+/// budget counts; in whole [`KV_ROW_GRANULE`]s.
 fn grown_capacity(capacity: usize, needed: usize) -> usize {
     needed
         .max(capacity + capacity / 8)

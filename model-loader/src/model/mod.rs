@@ -53,7 +53,7 @@ pub use decoder_layer::{DecoderLayer, DecoderLayerSpec};
 pub use error::ModelError;
 pub use export::export_tensor;
 pub use feature_tap::FeatureTap;
-pub use kv_cache::{KvCache, KV_ROW_GRANULE};
+pub use kv_cache::{KeysAndValues, KvCache, KV_ROW_GRANULE};
 pub use linear::{BlockWeights, LinearBlock, SplitLinear, WeightStorage, MAX_GEMV_ROWS};
 pub use llama::{LlamaModel, EMBED_TOKENS, FINAL_NORM, LM_HEAD};
 pub use materialize::materialize;

@@ -1,7 +1,6 @@
 //! [`super::KernelBackend::cached_attention`] on the CPU kernel of [`crate::kernels::attention`].
 
-use super::storage::update_in_place_or;
-use super::storage::{f32_storage, tensor_of, values};
+use super::storage::{f32_storage, tensor_of, update_in_place_or, values};
 use crate::kernels::attention::{grouped_query_attention, AttentionShape, Visibility};
 use crate::model::{AttentionContext, KvCache, SequenceSpan, SpanVisibility};
 use burn::backend::Flex;

@@ -134,8 +134,8 @@ impl Visibility<'_> {
 /// # Panics
 ///
 /// If the shape is inconsistent (zero `head_dim` or `num_kv_heads`, `num_heads` not a multiple
-/// of `num_kv_heads`, `kv_capacity` below `len`), a slice length does not match it, a causal `cached + rows != len` or a
-/// mask is not `rows * len` long.
+/// of `num_kv_heads`, `kv_capacity` below `len`), a slice length does not match it, a causal
+/// `cached + rows != len` or a mask is not `rows * len` long.
 pub fn grouped_query_attention(
     query: &[f32],
     keys: &[f32],
