@@ -154,3 +154,19 @@ fn project_on_kernels(
             .collect(),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_forward_pass_runs_on_a_worker_of_the_pool() {
+        assert_eq!(
+            rayon::current_thread_index(),
+            None,
+            "tests run outside the pool"
+        );
+        let worker = Flex::on_kernel_threads(rayon::current_thread_index);
+        assert!(worker.is_some(), "the pass ran outside rayon's pool");
+    }
+}
