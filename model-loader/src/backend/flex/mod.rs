@@ -5,6 +5,7 @@
 mod attention;
 mod huge_pages;
 mod storage;
+mod warm_pool;
 
 pub use storage::{f32_storage, update_in_place_or, values};
 
@@ -32,11 +33,12 @@ impl KernelBackend for Flex {
         huge_pages::back_with_huge_pages(module);
     }
 
-    /// On a worker of rayon's pool: each parallel loop of the pass then shares its work with
-    /// the other workers directly, where a loop started from outside the pool hands all of it
-    /// to the pool and sleeps until a worker wakes it, at every projection of every layer.
+    /// On a worker of rayon's pool, with the other workers polling for its jobs while it runs
+    /// ([`warm_pool`]): each parallel loop of the pass then shares its work at once, where a
+    /// loop started from outside the pool hands all of it over and sleeps until woken, and a
+    /// sleeping worker must be woken, at every projection of every layer.
     fn on_kernel_threads<R: Send>(pass: impl FnOnce() -> R + Send) -> R {
-        rayon::scope(|_| pass())
+        warm_pool::run_with_warm_workers(pass)
     }
 
     /// Up to [`MAX_GEMV_ROWS`] rows (decoding, draft verification, small batches) on the
