@@ -34,9 +34,9 @@ impl KernelBackend for Flex {
     }
 
     /// On a worker of rayon's pool, with the other workers polling for its jobs while it runs
-    /// ([`warm_pool`]): each parallel loop of the pass then shares its work at once, where a
-    /// loop started from outside the pool hands all of it over and sleeps until woken, and a
-    /// sleeping worker must be woken, at every projection of every layer.
+    /// (module `backend/flex/warm_pool.rs`): each parallel loop of the pass then shares its
+    /// work at once, where a loop started from outside the pool hands all of it over and
+    /// sleeps until woken, and a sleeping worker must be woken, at every projection.
     fn on_kernel_threads<R: Send>(pass: impl FnOnce() -> R + Send) -> R {
         warm_pool::run_with_warm_workers(pass)
     }
