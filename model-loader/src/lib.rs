@@ -14,6 +14,7 @@ pub mod config;
 pub mod error;
 pub mod fixtures;
 pub mod gguf;
+pub mod huge_pages;
 pub mod kernels;
 pub mod model;
 pub mod quant;

@@ -55,7 +55,8 @@ mod avx512 {
     use crate::quant::Bf16Matrix;
     use std::arch::x86_64::*;
 
-    /// How far ahead (in weight rows) the kernel prefetches.
+    /// How far ahead (in weight rows) the kernel prefetches, into L2 (see
+    /// [`crate::kernels::gemv`]'s kernel for why L2).
     const PREFETCH_ROWS: usize = 8;
 
     /// 16 bfloat16 values at `p` (the first `mask` lanes) widened to `f32`.
@@ -95,7 +96,7 @@ mod avx512 {
             for (c, v) in wv.iter_mut().enumerate() {
                 // SAFETY: the mask limits the load to the values left in weight row c.
                 *v = unsafe { widen(wp[c].add(k), mask) };
-                _mm_prefetch::<_MM_HINT_T0>(wp[c].wrapping_add(PREFETCH_ROWS * d_in + k).cast());
+                _mm_prefetch::<_MM_HINT_T1>(wp[c].wrapping_add(PREFETCH_ROWS * d_in + k).cast());
             }
             for (r, acc) in acc.iter_mut().enumerate() {
                 // SAFETY: the mask limits the load to the values left in input row r.

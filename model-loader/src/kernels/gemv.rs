@@ -306,9 +306,12 @@ mod avx512 {
             for (c, v) in wv.iter_mut().enumerate() {
                 // SAFETY: k + 16 <= d_in, inside weight row c.
                 *v = unsafe { _mm512_loadu_ps(w.add(c * d_in + k)) };
-                // The same line PREFETCH_ROWS rows further: hardware prefetchers stop at page
-                // boundaries, software prefetches do not (and never fault, even past the end).
-                _mm_prefetch::<_MM_HINT_T0>(w.wrapping_add((c + PREFETCH_ROWS) * d_in + k).cast());
+                // The same line PREFETCH_ROWS rows further, into L2: hardware prefetchers stop
+                // at page boundaries, software prefetches do not (and never fault, even past
+                // the end). Into L2 rather than L1: a prefetch into L1 holds one of the core's
+                // few L1 miss buffers until its line arrives, which caps the misses in flight
+                // and so the bandwidth one core draws; L2 tracks many more.
+                _mm_prefetch::<_MM_HINT_T1>(w.wrapping_add((c + PREFETCH_ROWS) * d_in + k).cast());
             }
             for (r, acc) in acc.iter_mut().enumerate() {
                 // SAFETY: k + 16 <= d_in, inside input row r.

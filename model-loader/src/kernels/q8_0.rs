@@ -130,6 +130,10 @@ mod avx512 {
     use crate::quant::{Q8_0Matrix, Q8_0_BLOCK};
     use std::arch::x86_64::*;
 
+    /// How far ahead (in weight rows, about 9 KB of a SmolLM2 row) the kernel prefetches,
+    /// into L2 (see [`crate::kernels::gemv`]'s kernel for why L2).
+    const PREFETCH_ROWS: usize = 16;
+
     /// Block pairs whose scales one 8-value `f16` load covers.
     const PAIRS_PER_SCALE_LOAD: usize = 4;
 
@@ -201,7 +205,9 @@ mod avx512 {
             for (c, (v, d)) in wv.iter_mut().zip(wd.iter_mut()).enumerate() {
                 // SAFETY: the mask limits the load to the row's remaining values.
                 *v = unsafe { _mm512_maskz_loadu_epi8(byte_mask, wq[c].add(p * PAIR).cast()) };
-                _mm_prefetch::<_MM_HINT_T0>(wq[c].wrapping_add(p * PAIR + 4 * cols).cast());
+                _mm_prefetch::<_MM_HINT_T1>(
+                    wq[c].wrapping_add(p * PAIR + PREFETCH_ROWS * cols).cast(),
+                );
                 *d = _mm512_permutexvar_ps(index, scales[c]);
             }
             for (r, acc) in acc.iter_mut().enumerate() {

@@ -21,11 +21,9 @@ impl Bf16Matrix {
             rows * cols,
             "from_f32: values are not [rows, cols]"
         );
-        Self {
-            rows,
-            cols,
-            values: values.iter().map(|&v| bf16::from_f32(v)).collect(),
-        }
+        let values: Vec<bf16> = values.iter().map(|&v| bf16::from_f32(v)).collect();
+        crate::huge_pages::back_with_huge_pages(&values);
+        Self { rows, cols, values }
     }
 
     /// Rows.

@@ -20,6 +20,17 @@ pub struct Q8_0Matrix {
 }
 
 impl Q8_0Matrix {
+    /// The matrix of these buffers, its values backed by huge pages where the OS allows.
+    fn new(rows: usize, cols: usize, quants: Vec<u8>, scales: Vec<f16>) -> Self {
+        crate::huge_pages::back_with_huge_pages(&quants);
+        Self {
+            rows,
+            cols,
+            quants,
+            scales,
+        }
+    }
+
     /// Quantizes row-major `values` as ggml does: per block, `d = max|v| / 127` (stored as
     /// `f16`) and `q = round(v / d)`. `None` when `cols` is not a multiple of
     /// [`Q8_0_BLOCK`].
@@ -49,12 +60,7 @@ impl Q8_0Matrix {
                 *q = (i as u8) ^ 0x80;
             }
         }
-        Some(Self {
-            rows,
-            cols,
-            quants,
-            scales,
-        })
+        Some(Self::new(rows, cols, quants, scales))
     }
 
     /// A matrix from ggml Q8_0 blocks as a GGUF file stores them (per block: `f16` scale,
@@ -73,12 +79,7 @@ impl Q8_0Matrix {
             scales.push(f16::from_le_bytes([block[0], block[1]]));
             quants.extend(block[2..].iter().map(|&q| q ^ 0x80));
         }
-        Some(Self {
-            rows,
-            cols,
-            quants,
-            scales,
-        })
+        Some(Self::new(rows, cols, quants, scales))
     }
 
     /// Rows.

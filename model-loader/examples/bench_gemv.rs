@@ -1,0 +1,186 @@
+//! Micro benchmark of one decode step's projections at SmolLM2-135M sizes, per weight format.
+//!
+//! ```text
+//! cargo run --release -p aquila-model-loader --example bench_gemv
+//! ```
+//!
+//! Builds the projections of all 30 layers (fused q/k/v 576 -> 960, o 576 -> 576, fused
+//! gate/up 576 -> 3072, down 1536 -> 576) and the tied lm_head (576 -> 49,152) with random
+//! weights in f32, Q8_0 and bf16, then runs them in order through `project_rows` for 1 and 4
+//! input rows, as a decode step and a k = 3 verification do, each step on the kernel threads
+//! as the engine runs a forward pass, with the weights on huge pages as the engine keeps them.
+//! Prints milliseconds per step, the weight bytes streamed per second, and that rate as a
+//! ratio to a plain parallel read of a 512 MB buffer measured in the same run (the memory
+//! bandwidth the threads can draw). Times are the fastest of repeated steps; the weights
+//! (143 to 538 MB) do not fit in any cache, so each step reads them from memory.
+
+use aquila_model_loader::backend::KernelBackend;
+use aquila_model_loader::huge_pages::back_with_huge_pages;
+use aquila_model_loader::kernels::gemv::{project_rows, ProjectionRef, WeightRef};
+use aquila_model_loader::quant::{Bf16Matrix, Q8_0Matrix};
+use burn::backend::Flex;
+use rayon::prelude::*;
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+/// Hidden size of SmolLM2-135M.
+const HIDDEN: usize = 576;
+/// Decoder layers of SmolLM2-135M.
+const LAYERS: usize = 30;
+/// `(outputs, inputs)` of one layer's projections, in the order a layer runs them.
+const LAYER_SHAPES: [(usize, usize); 4] = [
+    (960, HIDDEN),
+    (HIDDEN, HIDDEN),
+    (3072, HIDDEN),
+    (HIDDEN, 1536),
+];
+/// Vocabulary of SmolLM2-135M (the lm_head's outputs).
+const VOCAB: usize = 49_152;
+
+/// Deterministic weights in `[-0.05, 0.05)`.
+fn weights(len: usize, seed: u64) -> Vec<f32> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            ((state >> 40) as f32 / (1u64 << 23) as f32 - 1.0) * 0.05
+        })
+        .collect()
+}
+
+/// One model's projections in one format: `(d_in, weight)` in step order.
+enum Stored {
+    F32(Vec<(usize, Vec<f32>)>),
+    Q8_0(Vec<(usize, Q8_0Matrix)>),
+    Bf16(Vec<(usize, Bf16Matrix)>),
+}
+
+impl Stored {
+    fn refs(&self) -> Vec<(usize, WeightRef<'_>)> {
+        match self {
+            Stored::F32(ws) => ws.iter().map(|(d, w)| (*d, WeightRef::F32(w))).collect(),
+            Stored::Q8_0(ws) => ws.iter().map(|(d, w)| (*d, WeightRef::Q8_0(w))).collect(),
+            Stored::Bf16(ws) => ws.iter().map(|(d, w)| (*d, WeightRef::Bf16(w))).collect(),
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        match self {
+            Stored::F32(ws) => ws.iter().map(|(_, w)| 4 * w.len()).sum(),
+            Stored::Q8_0(ws) => ws.iter().map(|(d, w)| w.rows() * (d + d / 16)).sum(),
+            Stored::Bf16(ws) => ws.iter().map(|(d, w)| 2 * w.rows() * d).sum(),
+        }
+    }
+}
+
+/// The model's projection shapes `(outputs, inputs)` in step order.
+fn shapes() -> Vec<(usize, usize)> {
+    let mut shapes: Vec<_> = (0..LAYERS).flat_map(|_| LAYER_SHAPES).collect();
+    shapes.push((VOCAB, HIDDEN));
+    shapes
+}
+
+fn build(format: &str) -> Stored {
+    let all = shapes();
+    let f32s = all
+        .iter()
+        .enumerate()
+        .map(|(i, &(out, d_in))| (d_in, out, weights(out * d_in, i as u64 + 1)));
+    match format {
+        "f32" => Stored::F32(
+            f32s.map(|(d, _, w)| {
+                back_with_huge_pages(&w);
+                (d, w)
+            })
+            .collect(),
+        ),
+        "q8_0" => Stored::Q8_0(
+            f32s.map(|(d, out, w)| (d, Q8_0Matrix::quantize(&w, out, d).expect("finite")))
+                .collect(),
+        ),
+        _ => Stored::Bf16(
+            f32s.map(|(d, out, w)| (d, Bf16Matrix::from_f32(&w, out, d)))
+                .collect(),
+        ),
+    }
+}
+
+/// Bytes per second of a plain parallel read of a buffer far larger than any cache.
+fn plain_read_rate() -> f64 {
+    let buffer: Vec<u64> = (0..64u64 << 20).collect();
+    back_with_huge_pages(&buffer);
+    let read = || {
+        buffer
+            .par_chunks(1 << 16)
+            .map(|chunk| chunk.iter().fold(0u64, |a, &v| a ^ v))
+            .reduce(|| 0, |a, b| a ^ b)
+    };
+    let best = fastest(|| {
+        black_box(Flex::on_kernel_threads(read));
+    });
+    std::mem::size_of_val(buffer.as_slice()) as f64 / best.as_secs_f64()
+}
+
+/// Fastest of repeated calls of `f` over about two seconds.
+fn fastest(mut f: impl FnMut()) -> Duration {
+    f();
+    let start = Instant::now();
+    let mut best = Duration::MAX;
+    while start.elapsed() < Duration::from_secs(2) || best == Duration::MAX {
+        let t = Instant::now();
+        f();
+        best = best.min(t.elapsed());
+    }
+    best
+}
+
+/// Fastest of repeated steps of `rows` input rows through every projection.
+fn time_step(stored: &Stored, rows: usize) -> Duration {
+    let refs = stored.refs();
+    let inputs: Vec<Vec<f32>> = [HIDDEN, 1536]
+        .iter()
+        .map(|&d| weights(rows * d, 99).iter().map(|v| v * 20.0).collect())
+        .collect();
+    let step = || {
+        for &(d_in, weight) in &refs {
+            let x = if d_in == HIDDEN {
+                &inputs[0]
+            } else {
+                &inputs[1]
+            };
+            let out = project_rows(
+                black_box(x),
+                rows,
+                d_in,
+                &[ProjectionRef { weight, bias: None }],
+            );
+            black_box(out);
+        }
+    };
+    fastest(|| Flex::on_kernel_threads(step))
+}
+
+fn main() {
+    let plain = plain_read_rate();
+    println!(
+        "rayon threads: {}; plain read: {:.1} GB/s",
+        rayon::current_num_threads(),
+        plain / 1e9
+    );
+    for format in ["f32", "q8_0", "bf16"] {
+        let stored = build(format);
+        let mb = stored.bytes() as f64 / 1e6;
+        for rows in [1, 4] {
+            let step = time_step(&stored, rows);
+            let rate = stored.bytes() as f64 / step.as_secs_f64();
+            println!(
+                "{format:<5} {rows} row(s): {:>7.2} ms/step  {:>6.1} GB/s  {:.2}x plain read  ({mb:.0} MB of weights)",
+                step.as_secs_f64() * 1e3,
+                rate / 1e9,
+                rate / plain
+            );
+        }
+    }
+}
