@@ -40,15 +40,24 @@ impl QuantizedRows {
         let mut quants = vec![0i8; rows * pairs * PAIR];
         let mut offsets = vec![0i32; rows * pairs * 16];
         let mut scales = vec![0.0f32; rows * pairs * 16];
+        let blocks = d_in / Q8_0_BLOCK;
         for (r, row) in x.chunks_exact(d_in.max(1)).enumerate().take(rows) {
+            let quants = &mut quants[r * pairs * PAIR..][..blocks * Q8_0_BLOCK];
+            let lanes = r * pairs * 16..r * pairs * 16 + blocks * LANES_PER_BLOCK;
+            let (offsets, scales) = (&mut offsets[lanes.clone()], &mut scales[lanes]);
+            #[cfg(target_arch = "x86_64")]
+            if has_vnni() {
+                // SAFETY: AVX-512 F/BW/VL are available (checked above); the slices hold the
+                // row's blocks.
+                unsafe { avx512::quantize_row(row, quants, offsets, scales) };
+                continue;
+            }
             for (b, block) in row.chunks_exact(Q8_0_BLOCK).enumerate() {
                 let (d, q) = crate::quant::q8_0_block(block);
-                let start = r * pairs * PAIR + b * Q8_0_BLOCK;
-                quants[start..start + Q8_0_BLOCK].copy_from_slice(&q);
+                quants[b * Q8_0_BLOCK..][..Q8_0_BLOCK].copy_from_slice(&q);
                 let sum: i32 = q.iter().map(|&v| i32::from(v)).sum();
-                let lanes = r * pairs * 16 + b * LANES_PER_BLOCK;
-                offsets[lanes..lanes + LANES_PER_BLOCK].fill(-16 * sum);
-                scales[lanes..lanes + LANES_PER_BLOCK].fill(d);
+                offsets[b * LANES_PER_BLOCK..][..LANES_PER_BLOCK].fill(-16 * sum);
+                scales[b * LANES_PER_BLOCK..][..LANES_PER_BLOCK].fill(d);
             }
         }
         Self {
@@ -126,9 +135,80 @@ pub(super) fn has_vnni() -> bool {
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::{QuantizedRows, PAIR};
+    use super::{QuantizedRows, LANES_PER_BLOCK, PAIR};
     use crate::quant::{Q8_0Matrix, Q8_0_BLOCK};
     use std::arch::x86_64::*;
+
+    /// `row` quantized per block of 32 as [`crate::quant::q8_0_block`] does (the same
+    /// integers and scales: rounding half away from zero), into `quants` (32 per block) and
+    /// each block's `-16 · Σ q` and scale, 8 lanes each, into `offsets` and `scales`.
+    ///
+    /// # Safety
+    /// AVX-512 F, BW and VL must be available; `row` must hold whole blocks, and the outputs
+    /// room for all of them.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    pub(super) unsafe fn quantize_row(
+        row: &[f32],
+        quants: &mut [i8],
+        offsets: &mut [i32],
+        scales: &mut [f32],
+    ) {
+        let blocks = row.len() / Q8_0_BLOCK;
+        assert!(
+            quants.len() >= blocks * Q8_0_BLOCK
+                && offsets.len() >= blocks * LANES_PER_BLOCK
+                && scales.len() >= blocks * LANES_PER_BLOCK
+        );
+        let sign_bit = _mm512_set1_epi32(i32::MIN);
+        let (half, one, limit) = (
+            _mm512_set1_ps(0.5),
+            _mm512_set1_ps(1.0),
+            _mm512_set1_ps(127.0),
+        );
+        for b in 0..blocks {
+            // SAFETY: block b's 32 values are inside `row`.
+            let halves = unsafe {
+                let at = row.as_ptr().add(b * Q8_0_BLOCK);
+                [_mm512_loadu_ps(at), _mm512_loadu_ps(at.add(16))]
+            };
+            let amax = _mm512_reduce_max_ps(_mm512_max_ps(
+                _mm512_abs_ps(halves[0]),
+                _mm512_abs_ps(halves[1]),
+            ));
+            let d = amax / 127.0;
+            let inverse = _mm512_set1_ps(if d == 0.0 { 0.0 } else { 1.0 / d });
+            let mut sum = 0;
+            for (h, &v) in halves.iter().enumerate() {
+                let scaled = _mm512_mul_ps(v, inverse);
+                // Half away from zero, as `f32::round`: truncate, then step one away from
+                // zero where the dropped fraction is at least a half.
+                let truncated =
+                    _mm512_roundscale_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(scaled);
+                let dropped = _mm512_abs_ps(_mm512_sub_ps(scaled, truncated));
+                let away = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(dropped, half);
+                let step = _mm512_castsi512_ps(_mm512_or_si512(
+                    _mm512_and_si512(_mm512_castps_si512(scaled), sign_bit),
+                    _mm512_castps_si512(one),
+                ));
+                let rounded = _mm512_mask_add_ps(truncated, away, truncated, step);
+                let clamped = _mm512_max_ps(
+                    _mm512_min_ps(rounded, limit),
+                    _mm512_sub_ps(_mm512_setzero_ps(), limit),
+                );
+                let ints = _mm512_cvttps_epi32(clamped);
+                sum += _mm512_reduce_add_epi32(ints);
+                // SAFETY: the 16 bytes of this half of block b are inside `quants`.
+                unsafe {
+                    _mm_storeu_si128(
+                        quants.as_mut_ptr().add(b * Q8_0_BLOCK + 16 * h).cast(),
+                        _mm512_cvtepi32_epi8(ints),
+                    );
+                }
+            }
+            offsets[b * LANES_PER_BLOCK..][..LANES_PER_BLOCK].fill(-16 * sum);
+            scales[b * LANES_PER_BLOCK..][..LANES_PER_BLOCK].fill(d);
+        }
+    }
 
     /// How far ahead (in weight rows, about 9 KB of a SmolLM2 row) the kernel prefetches,
     /// into L2 (see [`crate::kernels::gemv`]'s kernel for why L2).
@@ -253,6 +333,29 @@ mod tests {
                     .sum::<f64>()
             })
             .sum()
+    }
+
+    #[test]
+    fn inputs_quantize_as_the_scalar_blocks_do() {
+        let mut rng = Lcg::new(11);
+        let mut x = rng.vec(3 * 96, -3.0, 3.0);
+        // A zero block, and a block whose scale is 1 with values on rounding ties.
+        x[32..64].fill(0.0);
+        for (i, v) in x[96..128].iter_mut().enumerate() {
+            *v = i as f32 - 15.5;
+        }
+        x[127] = 127.0;
+        let q = QuantizedRows::new(&x, 3, 96);
+        for (r, row) in x.chunks_exact(96).enumerate() {
+            for (b, block) in row.chunks_exact(Q8_0_BLOCK).enumerate() {
+                let (d, ints) = crate::quant::q8_0_block(block);
+                let sum: i32 = ints.iter().map(|&v| i32::from(v)).sum();
+                assert_eq!(&q.row_quants(r)[b * Q8_0_BLOCK..][..Q8_0_BLOCK], &ints);
+                assert_eq!(q.block_scale(r, b), d);
+                let lanes = r * q.pairs * 16 + b * LANES_PER_BLOCK;
+                assert_eq!(q.offsets[lanes..lanes + LANES_PER_BLOCK], [-16 * sum; 8]);
+            }
+        }
     }
 
     #[test]
