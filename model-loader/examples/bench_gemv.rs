@@ -6,8 +6,9 @@
 //!
 //! Builds the projections of all 30 layers (fused q/k/v 576 -> 960, o 576 -> 576, fused
 //! gate/up 576 -> 3072, down 1536 -> 576) and the tied lm_head (576 -> 49,152) with random
-//! weights in f32, Q8_0 and bf16, then runs them in order through `project_rows` for 1 and 4
-//! input rows, as a decode step and a k = 3 verification do, each step on the kernel threads
+//! weights in f32, Q8_0 and bf16, then runs them in order for 1, 4 and 128 input rows, as a
+//! decode step, a k = 3 verification and a prefill chunk do (through `project_rows` up to
+//! `MAX_GEMV_ROWS` rows, `project_rows_gemm` beyond, as the engine chooses), each step on the kernel threads
 //! as the engine runs a forward pass, with the weights on huge pages as the engine keeps them.
 //! Prints milliseconds per step, the weight bytes streamed per second, and that rate as a
 //! ratio to a plain parallel read of a 512 MB buffer measured in the same run (the memory
@@ -16,7 +17,8 @@
 
 use aquila_model_loader::backend::KernelBackend;
 use aquila_model_loader::huge_pages::back_with_huge_pages;
-use aquila_model_loader::kernels::gemv::{project_rows, ProjectionRef, WeightRef};
+use aquila_model_loader::kernels::gemm::project_rows_gemm;
+use aquila_model_loader::kernels::gemv::{project_rows, ProjectionRef, WeightRef, MAX_GEMV_ROWS};
 use aquila_model_loader::quant::{Bf16Matrix, Q8_0Matrix};
 use burn::backend::Flex;
 use rayon::prelude::*;
@@ -150,12 +152,12 @@ fn time_step(stored: &Stored, rows: usize) -> Duration {
             } else {
                 &inputs[1]
             };
-            let out = project_rows(
-                black_box(x),
-                rows,
-                d_in,
-                &[ProjectionRef { weight, bias: None }],
-            );
+            let projection = [ProjectionRef { weight, bias: None }];
+            let out = if rows <= MAX_GEMV_ROWS {
+                project_rows(black_box(x), rows, d_in, &projection)
+            } else {
+                project_rows_gemm(black_box(x), rows, d_in, &projection)
+            };
             black_box(out);
         }
     };
@@ -172,7 +174,7 @@ fn main() {
     for format in ["f32", "q8_0", "bf16"] {
         let stored = build(format);
         let mb = stored.bytes() as f64 / 1e6;
-        for rows in [1, 4] {
+        for rows in [1, 4, 128] {
             let step = time_step(&stored, rows);
             let rate = stored.bytes() as f64 / step.as_secs_f64();
             println!(

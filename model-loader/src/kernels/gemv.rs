@@ -8,7 +8,7 @@
 //! accumulators stay within the 32 vector registers).
 
 use super::q8_0::QuantizedRows;
-use crate::quant::{Bf16Matrix, Q8_0Matrix};
+use crate::quant::{Bf16Matrix, Q8_0Matrix, Q8_0_GROUP};
 use rayon::prelude::*;
 
 /// Input rows up to which [`project_rows`], which streams each weight row once for all input
@@ -19,6 +19,10 @@ pub const MAX_GEMV_ROWS: usize = 16;
 /// Bytes of weights one parallel task reads (small enough to balance, large enough that
 /// scheduling costs nothing).
 const TASK_BYTES: usize = 64 * 1024;
+
+/// Tasks cover whole multiples of this many weight rows: whole tiles of three and four rows,
+/// and whole Q8_0 groups.
+const TASK_ROW_MULTIPLE: usize = 48;
 
 /// Most input rows one tile multiplies.
 const MAX_TILE_HEIGHT: usize = 8;
@@ -112,7 +116,8 @@ struct Inputs<'a> {
 }
 
 impl Inputs<'_> {
-    /// `dots` for weight rows `col..col + width` and input rows `row..row + height`.
+    /// `dots` for weight rows `col..col + width` and input rows `row..row + height` (`f32`
+    /// and bfloat16 weights).
     fn dot_tile(
         &self,
         weight: WeightRef<'_>,
@@ -127,14 +132,8 @@ impl Inputs<'_> {
                 let xs = &self.x[row * d_in..(row + height) * d_in];
                 dot_tile(weights, width, xs, height, d_in, dots);
             }
-            WeightRef::Q8_0(m) => {
-                let q = self
-                    .quantized
-                    .as_ref()
-                    .expect("inputs are quantized for Q8_0 weights");
-                super::q8_0::dot_tile(m, col, width, q, row, height, dots);
-            }
             WeightRef::Bf16(m) => super::bf16::dot_tile(m, col, width, self.x, row, height, dots),
+            WeightRef::Q8_0(_) => unreachable!("Q8_0 weights go through their group kernel"),
         }
     }
 }
@@ -189,8 +188,8 @@ pub fn project_rows(
         .flat_map(|(b, p)| {
             let n = p.outputs(d_in);
             let task_rows = (TASK_BYTES / p.weight.row_bytes(d_in))
-                .max(12)
-                .next_multiple_of(12);
+                .max(TASK_ROW_MULTIPLE)
+                .next_multiple_of(TASK_ROW_MULTIPLE);
             (0..n)
                 .step_by(task_rows)
                 .map(move |start| (b, start, (start + task_rows).min(n)))
@@ -204,6 +203,14 @@ pub fn project_rows(
         let p = &projections[b];
         let n = p.outputs(d_in);
         let out = pointers[b];
+        if let (WeightRef::Q8_0(m), Some(quantized)) = (p.weight, &inputs.quantized) {
+            let groups = start / Q8_0_GROUP..end.div_ceil(Q8_0_GROUP);
+            let output = super::q8_0::Output { values: out.0, n };
+            // SAFETY: the output is this projection's [rows, n] buffer, and the task's groups
+            // (its columns: tasks start on group boundaries) are written by this task only.
+            unsafe { super::q8_0::project_groups(m, groups, quantized, p.bias, output) };
+            return;
+        }
         let mut col = start;
         // One width for the whole task: the widest tile the tallest row block allows.
         let tile = tile_width(rows.min(MAX_TILE_HEIGHT));

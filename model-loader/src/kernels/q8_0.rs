@@ -1,26 +1,27 @@
-//! Products of a few rows with Q8_0 weights ([`Q8_0Matrix`]), for [`super::gemv`]: the input
-//! rows are quantized once per call, per block of 32 as the weights are ([`QuantizedRows`]),
-//! and each block's product is an integer dot product scaled by both blocks' scales.
+//! Products of input rows with Q8_0 weights ([`Q8_0Matrix`]), for [`super::gemv`] (decoding,
+//! verification) and [`super::gemm`] (prefill): the input rows are quantized once per call,
+//! per block of 32 as the weights are ([`QuantizedRows`]), and each block's product is an
+//! integer dot product scaled by both blocks' scales.
 //!
-//! On AVX-512 with VNNI, `vpdpbusd` multiplies 64 unsigned weight bytes (`q + 128`) with 64
-//! signed input bytes per instruction; the `128 · Σ x` that the offset adds is subtracted by
-//! starting each block's accumulator at `-128 · Σ x`, computed once per input row.
+//! On AVX-512 with VNNI the kernel works on one group of 16 weight rows at a time (the
+//! matrix's interleaved layout): per block, eight 64-byte loads each hold four bytes of all 16
+//! rows, and `vpdpbusd` multiplies each with four input bytes broadcast to every lane, so one
+//! vector collects the block's 16 dot products. The weights are stored as unsigned `q + 128`;
+//! the `128 · Σ x` that the offset adds is cancelled by starting each block's accumulator at
+//! `-128 · Σ x`, computed once per input row and block. The block's integer sums are then
+//! scaled by the 16 rows' scales times the input block's scale, with no horizontal sum: the
+//! 16 lanes are 16 outputs.
 
-use crate::quant::{Q8_0Matrix, Q8_0_BLOCK};
+use crate::quant::{Q8_0Matrix, Q8_0_BLOCK, Q8_0_GROUP};
 
-/// Input values one 512-bit vector covers: two blocks.
-const PAIR: usize = 2 * Q8_0_BLOCK;
+/// Input rows one kernel call multiplies at most.
+const MAX_ROWS_PER_CALL: usize = 4;
 
-/// Lanes per block in a 16-lane vector of per-block values.
-const LANES_PER_BLOCK: usize = 8;
-
-/// Input rows quantized to Q8_0 blocks, laid out per pair of blocks for the kernels: per row
-/// and pair, 64 signed bytes (zero past the row's end), and 16 lanes each of the blocks'
-/// scales and of `-128 · Σ q` spread over their 8 lanes (lanes 0-7 the first block, 8-15 the
-/// second).
+/// Input rows quantized to Q8_0 blocks: per row and block, 32 signed bytes, `-128 · Σ q` and
+/// the block's scale.
 #[derive(Debug, Clone)]
 pub struct QuantizedRows {
-    pairs: usize,
+    blocks: usize,
     quants: Vec<i8>,
     offsets: Vec<i32>,
     scales: Vec<f32>,
@@ -36,15 +37,14 @@ impl QuantizedRows {
             d_in.is_multiple_of(Q8_0_BLOCK) && x.len() == rows * d_in,
             "QuantizedRows: bad shape"
         );
-        let pairs = d_in.div_ceil(PAIR);
-        let mut quants = vec![0i8; rows * pairs * PAIR];
-        let mut offsets = vec![0i32; rows * pairs * 16];
-        let mut scales = vec![0.0f32; rows * pairs * 16];
         let blocks = d_in / Q8_0_BLOCK;
+        let mut quants = vec![0i8; rows * d_in];
+        let mut offsets = vec![0i32; rows * blocks];
+        let mut scales = vec![0.0f32; rows * blocks];
         for (r, row) in x.chunks_exact(d_in.max(1)).enumerate().take(rows) {
-            let quants = &mut quants[r * pairs * PAIR..][..blocks * Q8_0_BLOCK];
-            let lanes = r * pairs * 16..r * pairs * 16 + blocks * LANES_PER_BLOCK;
-            let (offsets, scales) = (&mut offsets[lanes.clone()], &mut scales[lanes]);
+            let quants = &mut quants[r * d_in..][..d_in];
+            let offsets = &mut offsets[r * blocks..][..blocks];
+            let scales = &mut scales[r * blocks..][..blocks];
             #[cfg(target_arch = "x86_64")]
             if has_vnni() {
                 // SAFETY: AVX-512 F/BW/VL are available (checked above); the slices hold the
@@ -55,66 +55,103 @@ impl QuantizedRows {
             for (b, block) in row.chunks_exact(Q8_0_BLOCK).enumerate() {
                 let (d, q) = crate::quant::q8_0_block(block);
                 quants[b * Q8_0_BLOCK..][..Q8_0_BLOCK].copy_from_slice(&q);
-                let sum: i32 = q.iter().map(|&v| i32::from(v)).sum();
-                offsets[b * LANES_PER_BLOCK..][..LANES_PER_BLOCK].fill(-16 * sum);
-                scales[b * LANES_PER_BLOCK..][..LANES_PER_BLOCK].fill(d);
+                offsets[b] = -128 * q.iter().map(|&v| i32::from(v)).sum::<i32>();
+                scales[b] = d;
             }
         }
         Self {
-            pairs,
+            blocks,
             quants,
             offsets,
             scales,
         }
     }
 
-    fn row_quants(&self, row: usize) -> &[i8] {
-        &self.quants[row * self.pairs * PAIR..(row + 1) * self.pairs * PAIR]
-    }
-
-    fn block_scale(&self, row: usize, block: usize) -> f32 {
-        self.scales[row * self.pairs * 16 + block * LANES_PER_BLOCK]
+    /// Input rows.
+    fn rows(&self) -> usize {
+        self.offsets.len() / self.blocks.max(1)
     }
 }
 
-/// `dots[r][c]` = input row `row0 + r` of `x` · weight row `col0 + c` of `w`, for `height`
-/// input rows and `width` weight rows (at most 8 and 4).
-pub(super) fn dot_tile(
+/// Where [`project_groups`] writes: `[rows, n]` row-major, `n` the weight's rows.
+#[derive(Clone, Copy)]
+pub(super) struct Output {
+    /// The first value.
+    pub values: *mut f32,
+    /// Values per row (the weight's rows).
+    pub n: usize,
+}
+
+/// `out[r, c] = x_r · w_c + bias[c]` for every input row `r` of `x` and the weight rows `c` of
+/// groups `groups` (16 rows each, the last one cut at the weight's rows).
+///
+/// # Safety
+/// `out.values` must be valid for writes of `x`'s rows times `out.n` values, `out.n` must be
+/// `w.rows()`, and no one else may access the columns of these groups meanwhile.
+///
+/// # Panics
+/// If `x` was not quantized for `w`'s width, `groups` goes past `w`'s groups, or `bias` is
+/// not `w.rows()` long.
+pub(super) unsafe fn project_groups(
     w: &Q8_0Matrix,
-    col0: usize,
-    width: usize,
+    groups: std::ops::Range<usize>,
     x: &QuantizedRows,
-    row0: usize,
-    height: usize,
-    dots: &mut super::gemv::Dots,
+    bias: Option<&[f32]>,
+    out: Output,
 ) {
-    assert!(height <= 8 && width <= 4 && col0 + width <= w.rows());
-    assert!(
-        x.pairs == w.cols().div_ceil(PAIR) && (row0 + height) * x.pairs * PAIR <= x.quants.len()
-    );
-    #[cfg(target_arch = "x86_64")]
-    if has_vnni() {
-        // SAFETY: AVX-512 F/BW/VL/VNNI and F16C are available (checked above); the
-        // asserts above bound every row the kernel reads.
-        dispatch_tile!(width, height, avx512::dot_tile(w, col0, x, row0, dots));
-        return;
-    }
-    let blocks = w.cols() / Q8_0_BLOCK;
-    for (r, dots) in dots.iter_mut().enumerate().take(height) {
-        let xq = x.row_quants(row0 + r);
-        for (c, dot) in dots.iter_mut().enumerate().take(width) {
-            let (wq, ws) = (w.row_quants(col0 + c), w.row_scales(col0 + c));
-            let mut acc = 0.0f32;
-            for (b, w_scale) in ws.iter().enumerate().take(blocks) {
-                let range = b * Q8_0_BLOCK..(b + 1) * Q8_0_BLOCK;
-                let int: i32 = wq[range.clone()]
-                    .iter()
-                    .zip(&xq[range])
-                    .map(|(&w, &x)| i32::from((w ^ 0x80) as i8) * i32::from(x))
-                    .sum();
-                acc += int as f32 * (w_scale.to_f32() * x.block_scale(row0 + r, b));
+    assert!(x.blocks * Q8_0_BLOCK == w.cols() && groups.end <= w.groups() && out.n == w.rows());
+    assert!(bias.is_none_or(|b| b.len() == w.rows()));
+    let rows = x.rows();
+    for group in groups {
+        let mut row0 = 0;
+        while row0 < rows {
+            let height = (rows - row0).min(MAX_ROWS_PER_CALL);
+            #[cfg(target_arch = "x86_64")]
+            if has_vnni() {
+                // SAFETY: AVX-512 F/BW/VL/VNNI and F16C are available (checked above); the
+                // asserts above bound the group and rows, and the caller the output.
+                unsafe {
+                    dispatch_height!(height, avx512::group_dots(w, group, x, row0, bias, out))
+                };
+                row0 += height;
+                continue;
             }
-            *dot = acc;
+            // SAFETY: as above.
+            unsafe { portable_group_dots(w, group, x, row0..row0 + height, bias, out) };
+            row0 += height;
+        }
+    }
+}
+
+/// The portable twin of the AVX-512 kernel for input rows `rows`.
+///
+/// # Safety
+/// As for [`project_groups`].
+unsafe fn portable_group_dots(
+    w: &Q8_0Matrix,
+    group: usize,
+    x: &QuantizedRows,
+    rows: std::ops::Range<usize>,
+    bias: Option<&[f32]>,
+    out: Output,
+) {
+    let first = group * Q8_0_GROUP;
+    for c in first..(first + Q8_0_GROUP).min(w.rows()) {
+        for r in rows.clone() {
+            let mut dot = 0.0f32;
+            for b in 0..x.blocks {
+                let (d, ints) = w.block(c, b);
+                let xq = &x.quants[(r * x.blocks + b) * Q8_0_BLOCK..][..Q8_0_BLOCK];
+                let int: i32 = ints
+                    .iter()
+                    .zip(xq)
+                    .map(|(&w, &x)| i32::from(w) * i32::from(x))
+                    .sum();
+                dot += int as f32 * (d.to_f32() * x.scales[r * x.blocks + b]);
+            }
+            let value = dot + bias.map_or(0.0, |bias| bias[c]);
+            // SAFETY: (r, c) is inside the output (the caller's guarantee).
+            unsafe { *out.values.add(r * out.n + c) = value };
         }
     }
 }
@@ -133,15 +170,44 @@ pub(super) fn has_vnni() -> bool {
     })
 }
 
+/// Calls the `unsafe` kernel `$kernel::<H>($args)` for the runtime `$height` (1..=8).
+macro_rules! dispatch_height {
+    ($height:expr, $($kernel:ident)::+ ($($arg:expr),*)) => {
+        match $height {
+            1 => $($kernel)::+::<1>($($arg),*),
+            2 => $($kernel)::+::<2>($($arg),*),
+            3 => $($kernel)::+::<3>($($arg),*),
+            4 => $($kernel)::+::<4>($($arg),*),
+            5 => $($kernel)::+::<5>($($arg),*),
+            6 => $($kernel)::+::<6>($($arg),*),
+            7 => $($kernel)::+::<7>($($arg),*),
+            8 => $($kernel)::+::<8>($($arg),*),
+            _ => unreachable!("at most 8 input rows per call"),
+        }
+    };
+}
+use dispatch_height;
+
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::{QuantizedRows, LANES_PER_BLOCK, PAIR};
-    use crate::quant::{Q8_0Matrix, Q8_0_BLOCK};
+    use super::{Output, QuantizedRows};
+    use crate::quant::{Q8_0Matrix, Q8_0_BLOCK, Q8_0_GROUP};
     use std::arch::x86_64::*;
+
+    /// How far ahead (in bytes of the group's values, about two groups of a SmolLM2
+    /// projection) the kernel prefetches, into L2 (see [`crate::kernels::gemv`]'s kernel for
+    /// why L2).
+    const PREFETCH_BYTES: usize = 16 * 1024;
+
+    /// Bytes of one group's block.
+    const GROUP_BLOCK_BYTES: usize = Q8_0_GROUP * Q8_0_BLOCK;
+
+    /// 64-byte loads per group block (each four bytes of the 16 rows).
+    const LOADS_PER_BLOCK: usize = GROUP_BLOCK_BYTES / 64;
 
     /// `row` quantized per block of 32 as [`crate::quant::q8_0_block`] does (the same
     /// integers and scales: rounding half away from zero), into `quants` (32 per block) and
-    /// each block's `-16 · Σ q` and scale, 8 lanes each, into `offsets` and `scales`.
+    /// each block's `-128 · Σ q` and scale into `offsets` and `scales`.
     ///
     /// # Safety
     /// AVX-512 F, BW and VL must be available; `row` must hold whole blocks, and the outputs
@@ -156,8 +222,8 @@ mod avx512 {
         let blocks = row.len() / Q8_0_BLOCK;
         assert!(
             quants.len() >= blocks * Q8_0_BLOCK
-                && offsets.len() >= blocks * LANES_PER_BLOCK
-                && scales.len() >= blocks * LANES_PER_BLOCK
+                && offsets.len() >= blocks
+                && scales.len() >= blocks
         );
         let sign_bit = _mm512_set1_epi32(i32::MIN);
         let (half, one, limit) = (
@@ -205,110 +271,92 @@ mod avx512 {
                     );
                 }
             }
-            offsets[b * LANES_PER_BLOCK..][..LANES_PER_BLOCK].fill(-16 * sum);
-            scales[b * LANES_PER_BLOCK..][..LANES_PER_BLOCK].fill(d);
+            offsets[b] = -128 * sum;
+            scales[b] = d;
         }
     }
 
-    /// How far ahead (in weight rows, about 9 KB of a SmolLM2 row) the kernel prefetches,
-    /// into L2 (see [`crate::kernels::gemv`]'s kernel for why L2).
-    const PREFETCH_ROWS: usize = 16;
-
-    /// Block pairs whose scales one 8-value `f16` load covers.
-    const PAIRS_PER_SCALE_LOAD: usize = 4;
-
-    /// `dots[r][c]` for `H` input rows from `row0` and `W` weight rows from `col0`.
+    /// The 16 outputs of weight group `group` for `H` input rows from `row0`, plus the bias,
+    /// written to `out`.
     ///
     /// # Safety
-    /// AVX-512 F, BW, VL and VNNI and F16C must be available; `col0 + W` weight rows and
-    /// `row0 + H` input rows must exist, with as many pairs of blocks as the weights.
+    /// AVX-512 F, BW, VL and VNNI and F16C must be available; the group and rows must exist
+    /// and the output be writable as [`super::project_groups`] requires.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,f16c")]
-    pub(super) unsafe fn dot_tile<const W: usize, const H: usize>(
+    pub(super) unsafe fn group_dots<const H: usize>(
         w: &Q8_0Matrix,
-        col0: usize,
+        group: usize,
         x: &QuantizedRows,
         row0: usize,
-        dots: &mut crate::kernels::gemv::Dots,
+        bias: Option<&[f32]>,
+        out: Output,
     ) {
-        let cols = w.cols();
-        let blocks = cols / Q8_0_BLOCK;
-        let pairs = x.pairs;
-        assert!(col0 + W <= w.rows() && (row0 + H) * pairs * 16 <= x.scales.len());
-        let wq: [*const u8; W] = std::array::from_fn(|c| w.row_quants(col0 + c).as_ptr());
-        let ws: [*const u16; W] =
-            std::array::from_fn(|c| w.row_scales(col0 + c).as_ptr().cast::<u16>());
-        let xq = x.quants.as_ptr().wrapping_add(row0 * pairs * PAIR);
-        let xo = x.offsets.as_ptr().wrapping_add(row0 * pairs * 16);
-        let xs = x.scales.as_ptr().wrapping_add(row0 * pairs * 16);
-        let mut acc = [[_mm512_setzero_ps(); W]; H];
-        let mut scales = [_mm512_setzero_ps(); W];
-        for p in 0..pairs {
-            let first_block = 2 * p;
-            let j = p % PAIRS_PER_SCALE_LOAD;
-            if j == 0 {
-                let left = (blocks - first_block).min(2 * PAIRS_PER_SCALE_LOAD);
-                let mask: __mmask8 = ((1u16 << left) - 1) as __mmask8;
-                for (c, s) in scales.iter_mut().enumerate() {
-                    // SAFETY: the mask limits the load to the row's remaining block scales.
-                    let half =
-                        unsafe { _mm_maskz_loadu_epi16(mask, ws[c].add(first_block).cast()) };
-                    *s = _mm512_castps256_ps512(_mm256_cvtph_ps(half));
+        let blocks = x.blocks;
+        let (quants, scales) = w.group(group);
+        assert!(
+            quants.len() == blocks * GROUP_BLOCK_BYTES && (row0 + H) * blocks <= x.offsets.len()
+        );
+        let (wq, ws) = (quants.as_ptr(), scales.as_ptr());
+        let xq = x.quants.as_ptr().wrapping_add(row0 * blocks * Q8_0_BLOCK);
+        let mut acc = [_mm512_setzero_ps(); H];
+        for b in 0..blocks {
+            let block = wq.wrapping_add(b * GROUP_BLOCK_BYTES);
+            // SAFETY: the group holds 16 scales per block.
+            let w_scales =
+                _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(ws.add(b * Q8_0_GROUP).cast()) });
+            // Up to three rows, two accumulators per row halve the chain of dependent
+            // `vpdpbusd`s; from four rows on, the rows' chains overlap enough, and the
+            // registers are needed.
+            let split = H < 4;
+            let mut even: [__m512i; H] =
+                std::array::from_fn(|h| _mm512_set1_epi32(x.offsets[(row0 + h) * blocks + b]));
+            let mut odd = [_mm512_setzero_si512(); H];
+            for j in 0..LOADS_PER_BLOCK {
+                // SAFETY: load j of block b lies inside the group's values.
+                let wv = unsafe { _mm512_loadu_si512(block.add(j * 64).cast()) };
+                _mm_prefetch::<_MM_HINT_T1>(block.wrapping_add(j * 64 + PREFETCH_BYTES).cast());
+                for h in 0..H {
+                    // SAFETY: bytes 4j..4j + 4 of block b of input row row0 + h.
+                    let four = unsafe {
+                        xq.add((h * blocks + b) * Q8_0_BLOCK + 4 * j)
+                            .cast::<i32>()
+                            .read_unaligned()
+                    };
+                    let xv = _mm512_set1_epi32(four);
+                    if split && j % 2 == 1 {
+                        odd[h] = _mm512_dpbusd_epi32(odd[h], wv, xv);
+                    } else {
+                        even[h] = _mm512_dpbusd_epi32(even[h], wv, xv);
+                    }
                 }
             }
-            let lo = (2 * j) as i32;
-            let index = _mm512_set_epi32(
-                lo + 1,
-                lo + 1,
-                lo + 1,
-                lo + 1,
-                lo + 1,
-                lo + 1,
-                lo + 1,
-                lo + 1,
-                lo,
-                lo,
-                lo,
-                lo,
-                lo,
-                lo,
-                lo,
-                lo,
-            );
-            // One block left over: load its 32 bytes only.
-            let byte_mask: __mmask64 = if first_block + 1 < blocks {
-                u64::MAX
-            } else {
-                u32::MAX as u64
-            };
-            let mut wv = [_mm512_setzero_si512(); W];
-            let mut wd = [_mm512_setzero_ps(); W];
-            for (c, (v, d)) in wv.iter_mut().zip(wd.iter_mut()).enumerate() {
-                // SAFETY: the mask limits the load to the row's remaining values.
-                *v = unsafe { _mm512_maskz_loadu_epi8(byte_mask, wq[c].add(p * PAIR).cast()) };
-                _mm_prefetch::<_MM_HINT_T1>(
-                    wq[c].wrapping_add(p * PAIR + PREFETCH_ROWS * cols).cast(),
-                );
-                *d = _mm512_permutexvar_ps(index, scales[c]);
-            }
-            for (r, acc) in acc.iter_mut().enumerate() {
-                // SAFETY: input rows hold `pairs` whole pairs (zero-padded).
-                let (xv, offset, scale) = unsafe {
-                    (
-                        _mm512_loadu_si512(xq.add(r * pairs * PAIR + p * PAIR).cast()),
-                        _mm512_loadu_si512(xo.add((r * pairs + p) * 16).cast()),
-                        _mm512_loadu_ps(xs.add((r * pairs + p) * 16)),
-                    )
+            for h in 0..H {
+                let ints = if split {
+                    _mm512_add_epi32(even[h], odd[h])
+                } else {
+                    even[h]
                 };
-                for ((a, v), d) in acc.iter_mut().zip(&wv).zip(&wd) {
-                    let int = _mm512_dpbusd_epi32(offset, *v, xv);
-                    let both = _mm512_mul_ps(scale, *d);
-                    *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(int), both, *a);
-                }
+                let both =
+                    _mm512_mul_ps(w_scales, _mm512_set1_ps(x.scales[(row0 + h) * blocks + b]));
+                acc[h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ints), both, acc[h]);
             }
         }
-        for (r, acc) in acc.iter().enumerate() {
-            for (c, a) in acc.iter().enumerate() {
-                dots[r][c] = _mm512_reduce_add_ps(*a);
+        let first = group * Q8_0_GROUP;
+        let mask = crate::kernels::tail_mask(out.n - first);
+        let bias = match bias {
+            // SAFETY: the mask limits the load to the group's columns.
+            Some(bias) => unsafe { _mm512_maskz_loadu_ps(mask, bias.as_ptr().add(first)) },
+            None => _mm512_setzero_ps(),
+        };
+        for (h, acc) in acc.iter().enumerate() {
+            // SAFETY: row row0 + h, columns first.. (masked to the weight's rows) are this
+            // call's to write.
+            unsafe {
+                _mm512_mask_storeu_ps(
+                    out.values.add((row0 + h) * out.n + first),
+                    mask,
+                    _mm512_add_ps(*acc, bias),
+                );
             }
         }
     }
@@ -350,37 +398,38 @@ mod tests {
             for (b, block) in row.chunks_exact(Q8_0_BLOCK).enumerate() {
                 let (d, ints) = crate::quant::q8_0_block(block);
                 let sum: i32 = ints.iter().map(|&v| i32::from(v)).sum();
-                assert_eq!(&q.row_quants(r)[b * Q8_0_BLOCK..][..Q8_0_BLOCK], &ints);
-                assert_eq!(q.block_scale(r, b), d);
-                let lanes = r * q.pairs * 16 + b * LANES_PER_BLOCK;
-                assert_eq!(q.offsets[lanes..lanes + LANES_PER_BLOCK], [-16 * sum; 8]);
+                let at = r * q.blocks + b;
+                assert_eq!(q.quants[at * Q8_0_BLOCK..][..Q8_0_BLOCK], ints);
+                assert_eq!((q.scales[at], q.offsets[at]), (d, -128 * sum));
             }
         }
     }
 
     #[test]
-    fn tiles_match_a_reference() {
+    fn groups_match_a_reference() {
         let mut rng = Lcg::new(7);
-        // Even and odd block counts.
-        for cols in [64, 96, 576, 32] {
-            let weights = rng.vec(5 * cols, -1.0, 1.0);
-            let w = Q8_0Matrix::quantize(&weights, 5, cols).unwrap();
-            let x = rng.vec(9 * cols, -2.0, 2.0);
-            let q = QuantizedRows::new(&x, 9, cols);
-            for (width, height) in [(1, 1), (4, 4), (3, 8), (2, 5), (4, 1)] {
-                for (col0, row0) in [(0, 0), (5 - width, 9 - height)] {
-                    let mut dots = [[0.0; 4]; 8];
-                    dot_tile(&w, col0, width, &q, row0, height, &mut dots);
-                    for (r, row) in dots.iter().enumerate().take(height) {
-                        for (c, &dot) in row.iter().enumerate().take(width) {
-                            let want = reference(&w, col0 + c, &x[(row0 + r) * cols..][..cols]);
-                            let got = f64::from(dot);
-                            assert!(
-                                (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
-                                "{cols} cols, {width}x{height}: {got} vs {want}"
-                            );
-                        }
-                    }
+        // Odd block counts, a padded last group, and more rows than one call takes.
+        for (cols, n, rows) in [(64, 37, 9), (96, 16, 1), (576, 20, 4), (32, 5, 17)] {
+            let weights = rng.vec(n * cols, -1.0, 1.0);
+            let w = Q8_0Matrix::quantize(&weights, n, cols).unwrap();
+            let x = rng.vec(rows * cols, -2.0, 2.0);
+            let bias = rng.vec(n, -1.0, 1.0);
+            let q = QuantizedRows::new(&x, rows, cols);
+            let mut out = vec![f32::NAN; rows * n];
+            let output = Output {
+                values: out.as_mut_ptr(),
+                n,
+            };
+            // SAFETY: `out` is [rows, n] and only this call writes it.
+            unsafe { project_groups(&w, 0..w.groups(), &q, Some(&bias), output) };
+            for r in 0..rows {
+                for c in 0..n {
+                    let want = reference(&w, c, &x[r * cols..][..cols]) + f64::from(bias[c]);
+                    let got = f64::from(out[r * n + c]);
+                    assert!(
+                        (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                        "{cols} cols, row {r}, column {c}: {got} vs {want}"
+                    );
                 }
             }
         }

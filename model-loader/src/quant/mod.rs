@@ -15,7 +15,7 @@ mod q8_0;
 
 pub use bf16::Bf16Matrix;
 pub(crate) use q8_0::quantize_block as q8_0_block;
-pub use q8_0::{Q8_0Matrix, Q8_0_BLOCK};
+pub use q8_0::{Q8_0Matrix, Q8_0_BLOCK, Q8_0_GROUP};
 
 use std::fmt;
 use std::str::FromStr;

@@ -1,27 +1,76 @@
-//! [`Q8_0Matrix`]: a row-major matrix in ggml's Q8_0 format, stored for the kernels: each row's
-//! 8-bit values contiguous (offset by 128, so that they are unsigned bytes, the operand VNNI's
-//! `vpdpbusd` multiplies as unsigned), and each row's block scales contiguous.
+//! [`Q8_0Matrix`]: a row-major matrix in ggml's Q8_0 format (per block of 32 values, an `f16`
+//! scale `d` and 32 signed bytes `q`, value `d · q`), stored in the order the kernels read it.
+//!
+//! Rows are kept in groups of [`Q8_0_GROUP`] (the last group padded with zero rows), and per
+//! group and block the 16 rows are interleaved four bytes at a time: first bytes 0-3 of the
+//! block of each of the 16 rows, then bytes 4-7 of each, and so on. One 64-byte load then
+//! holds the same four positions of 16 rows, which VNNI's `vpdpbusd` multiplies with four
+//! input bytes broadcast to all lanes, so that each lane accumulates one row's dot product and
+//! a block's 16 dot products come out in one vector, ready to be scaled by the 16 rows' block
+//! scales (stored per group and block, 16 `f16` together). Each value is stored as `q + 128`,
+//! the unsigned operand `vpdpbusd` wants.
 
 use half::f16;
+use rayon::prelude::*;
 
 /// Values per Q8_0 block.
 pub const Q8_0_BLOCK: usize = 32;
 
-/// A `[rows, cols]` matrix in Q8_0 blocks (see the module docs); `cols` is a multiple of
-/// [`Q8_0_BLOCK`].
+/// Rows interleaved together (one per lane of a 512-bit vector of `i32`).
+pub const Q8_0_GROUP: usize = 16;
+
+/// Bytes of one group's block: 16 rows of 32 values.
+const GROUP_BLOCK_BYTES: usize = Q8_0_GROUP * Q8_0_BLOCK;
+
+/// Bytes of each row that the interleaving keeps together.
+const CHUNK: usize = 4;
+
+/// A `[rows, cols]` matrix in Q8_0 blocks, interleaved per group of rows (see the module
+/// docs); `cols` is a multiple of [`Q8_0_BLOCK`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct Q8_0Matrix {
     rows: usize,
     cols: usize,
-    /// `[rows, cols]`: each value's `q + 128`.
+    /// `[groups, blocks, 8 chunks, 16 rows, 4]`: each value's `q + 128`.
     quants: Vec<u8>,
-    /// `[rows, cols / 32]`: each block's scale.
+    /// `[groups, blocks, 16 rows]`: each block's scale.
     scales: Vec<f16>,
 }
 
 impl Q8_0Matrix {
-    /// The matrix of these buffers, its values backed by huge pages where the OS allows.
-    fn new(rows: usize, cols: usize, quants: Vec<u8>, scales: Vec<f16>) -> Self {
+    /// The matrix whose block `b` of row `r` is `block(r, b)` (scale and integers), its values
+    /// backed by huge pages where the OS allows.
+    fn from_blocks(
+        rows: usize,
+        cols: usize,
+        block: impl Fn(usize, usize) -> (f16, [i8; Q8_0_BLOCK]) + Sync,
+    ) -> Self {
+        let blocks = cols / Q8_0_BLOCK;
+        let groups = rows.div_ceil(Q8_0_GROUP);
+        let mut quants = vec![0x80u8; groups * blocks * GROUP_BLOCK_BYTES];
+        let mut scales = vec![f16::ZERO; groups * blocks * Q8_0_GROUP];
+        if blocks > 0 {
+            quants
+                .par_chunks_mut(blocks * GROUP_BLOCK_BYTES)
+                .zip(scales.par_chunks_mut(blocks * Q8_0_GROUP))
+                .enumerate()
+                .for_each(|(g, (quants, scales))| {
+                    let group_rows = (rows - g * Q8_0_GROUP).min(Q8_0_GROUP);
+                    for i in 0..group_rows {
+                        for b in 0..blocks {
+                            let (d, ints) = block(g * Q8_0_GROUP + i, b);
+                            scales[b * Q8_0_GROUP + i] = d;
+                            let at = &mut quants[b * GROUP_BLOCK_BYTES..][..GROUP_BLOCK_BYTES];
+                            for (j, chunk) in ints.chunks_exact(CHUNK).enumerate() {
+                                let place = &mut at[(j * Q8_0_GROUP + i) * CHUNK..][..CHUNK];
+                                for (q, &v) in place.iter_mut().zip(chunk) {
+                                    *q = (v as u8) ^ 0x80;
+                                }
+                            }
+                        }
+                    }
+                });
+        }
         crate::huge_pages::back_with_huge_pages(&quants);
         Self {
             rows,
@@ -46,21 +95,10 @@ impl Q8_0Matrix {
         if !cols.is_multiple_of(Q8_0_BLOCK) {
             return None;
         }
-        let blocks = values.len() / Q8_0_BLOCK;
-        let mut quants = vec![0u8; values.len()];
-        let mut scales = vec![f16::ZERO; blocks];
-        for ((block, q), scale) in values
-            .chunks_exact(Q8_0_BLOCK)
-            .zip(quants.chunks_exact_mut(Q8_0_BLOCK))
-            .zip(&mut scales)
-        {
-            let (d, ints) = quantize_block(block);
-            *scale = f16::from_f32(d);
-            for (q, i) in q.iter_mut().zip(ints) {
-                *q = (i as u8) ^ 0x80;
-            }
-        }
-        Some(Self::new(rows, cols, quants, scales))
+        Some(Self::from_blocks(rows, cols, |r, b| {
+            let (d, ints) = quantize_block(&values[r * cols + b * Q8_0_BLOCK..][..Q8_0_BLOCK]);
+            (f16::from_f32(d), ints)
+        }))
     }
 
     /// A matrix from ggml Q8_0 blocks as a GGUF file stores them (per block: `f16` scale,
@@ -73,13 +111,12 @@ impl Q8_0Matrix {
         {
             return None;
         }
-        let mut quants = Vec::with_capacity(rows * cols);
-        let mut scales = Vec::with_capacity(rows * cols / Q8_0_BLOCK);
-        for block in blocks.chunks_exact(BLOCK_BYTES) {
-            scales.push(f16::from_le_bytes([block[0], block[1]]));
-            quants.extend(block[2..].iter().map(|&q| q ^ 0x80));
-        }
-        Some(Self::new(rows, cols, quants, scales))
+        let per_row = cols / Q8_0_BLOCK;
+        Some(Self::from_blocks(rows, cols, |r, b| {
+            let bytes = &blocks[(r * per_row + b) * BLOCK_BYTES..][..BLOCK_BYTES];
+            let ints = std::array::from_fn(|i| bytes[2 + i] as i8);
+            (f16::from_le_bytes([bytes[0], bytes[1]]), ints)
+        }))
     }
 
     /// Rows.
@@ -92,20 +129,43 @@ impl Q8_0Matrix {
         self.cols
     }
 
-    /// Bytes of values and scales.
+    /// Groups of [`Q8_0_GROUP`] rows (the last one padded).
+    pub fn groups(&self) -> usize {
+        self.rows.div_ceil(Q8_0_GROUP)
+    }
+
+    /// Bytes of values and scales (with the padding rows of the last group).
     pub fn bytes(&self) -> usize {
         self.quants.len() + 2 * self.scales.len()
     }
 
-    /// Row `row`'s values, each `q + 128`.
-    pub fn row_quants(&self, row: usize) -> &[u8] {
-        &self.quants[row * self.cols..(row + 1) * self.cols]
+    /// Group `group`'s interleaved values (`blocks × 512` bytes, see the module docs) and
+    /// block scales (`blocks × 16`).
+    pub fn group(&self, group: usize) -> (&[u8], &[f16]) {
+        let blocks = self.cols / Q8_0_BLOCK;
+        (
+            &self.quants[group * blocks * GROUP_BLOCK_BYTES..][..blocks * GROUP_BLOCK_BYTES],
+            &self.scales[group * blocks * Q8_0_GROUP..][..blocks * Q8_0_GROUP],
+        )
     }
 
-    /// Row `row`'s block scales.
-    pub fn row_scales(&self, row: usize) -> &[f16] {
-        let blocks = self.cols / Q8_0_BLOCK;
-        &self.scales[row * blocks..(row + 1) * blocks]
+    /// Block `block` of row `row`: its scale and 32 integers.
+    ///
+    /// # Panics
+    /// If `row` or `block` is out of range.
+    pub fn block(&self, row: usize, block: usize) -> (f16, [i8; Q8_0_BLOCK]) {
+        assert!(
+            row < self.rows && block < self.cols / Q8_0_BLOCK,
+            "block out of range"
+        );
+        let (quants, scales) = self.group(row / Q8_0_GROUP);
+        let i = row % Q8_0_GROUP;
+        let at = &quants[block * GROUP_BLOCK_BYTES..][..GROUP_BLOCK_BYTES];
+        let ints = std::array::from_fn(|v| {
+            let (j, t) = (v / CHUNK, v % CHUNK);
+            (at[(j * Q8_0_GROUP + i) * CHUNK + t] ^ 0x80) as i8
+        });
+        (scales[block * Q8_0_GROUP + i], ints)
     }
 
     /// Row `row` as `f32` in `out`.
@@ -117,14 +177,11 @@ impl Q8_0Matrix {
             row < self.rows && out.len() == self.cols,
             "dequantize_row: bad row or length"
         );
-        for ((out, q), d) in out
-            .chunks_exact_mut(Q8_0_BLOCK)
-            .zip(self.row_quants(row).chunks_exact(Q8_0_BLOCK))
-            .zip(self.row_scales(row))
-        {
+        for (b, out) in out.chunks_exact_mut(Q8_0_BLOCK).enumerate() {
+            let (d, ints) = self.block(row, b);
             let d = d.to_f32();
-            for (o, &q) in out.iter_mut().zip(q) {
-                *o = d * f32::from((q ^ 0x80) as i8);
+            for (o, q) in out.iter_mut().zip(ints) {
+                *o = d * f32::from(q);
             }
         }
     }
@@ -157,8 +214,10 @@ mod tests {
         let m = Q8_0Matrix::quantize(&values, 1, 64).unwrap();
         let d0 = f16::from_f32(1.27 / 127.0);
         let d1 = f16::from_f32(2.54 / 127.0);
-        assert_eq!(m.row_scales(0), [d0, d1]);
-        let q = |i: usize| (m.row_quants(0)[i] ^ 0x80) as i8;
+        let (blocks, q) = ([m.block(0, 0), m.block(0, 1)], |i: usize| {
+            m.block(0, i / 32).1[i % 32]
+        });
+        assert_eq!([blocks[0].0, blocks[1].0], [d0, d1]);
         assert_eq!((q(0), q(1), q(2), q(3), q(40)), (127, -50, 1, 0, -127));
         let mut out = vec![0.0; 64];
         m.dequantize_row(0, &mut out);
@@ -168,17 +227,21 @@ mod tests {
 
     #[test]
     fn reads_ggml_blocks() {
-        let values: Vec<f32> = (0..2 * 64).map(|i| (i as f32 * 0.3).cos()).collect();
-        let m = Q8_0Matrix::quantize(&values, 2, 64).unwrap();
+        // 19 rows: a whole group and a padded one.
+        let values: Vec<f32> = (0..19 * 64).map(|i| (i as f32 * 0.3).cos()).collect();
+        let m = Q8_0Matrix::quantize(&values, 19, 64).unwrap();
         let mut blocks = Vec::new();
-        for r in 0..2 {
-            for (d, q) in m.row_scales(r).iter().zip(m.row_quants(r).chunks_exact(32)) {
+        for r in 0..19 {
+            for b in 0..2 {
+                let (d, q) = m.block(r, b);
+                let want = quantize_block(&values[r * 64 + b * 32..][..32]);
+                assert_eq!((d, q), (f16::from_f32(want.0), want.1));
                 blocks.extend(d.to_le_bytes());
-                blocks.extend(q.iter().map(|&q| q ^ 0x80));
+                blocks.extend(q.iter().map(|&q| q as u8));
             }
         }
-        assert_eq!(Q8_0Matrix::from_ggml_blocks(&blocks, 2, 64), Some(m));
-        assert_eq!(Q8_0Matrix::from_ggml_blocks(&blocks[1..], 2, 64), None);
+        assert_eq!(Q8_0Matrix::from_ggml_blocks(&blocks, 19, 64), Some(m));
+        assert_eq!(Q8_0Matrix::from_ggml_blocks(&blocks[1..], 19, 64), None);
     }
 
     #[test]
