@@ -6,11 +6,9 @@
 //! (column-major `[rows, out]`), it reads the weight as a column-major right-hand side, which
 //! it packs with vector copies; transposing the small `[out, rows]` result back is cheap.
 //!
-//! bfloat16 weights are widened to `f32` one projection at a time before the product: over
-//! many rows that costs little next to the product, and the buffer lives only as long as the
-//! projection's product. Q8_0 weights go to their own kernel (through
-//! [`super::gemv::project_rows`]), whose integer products over the input rows quantized per
-//! block do four times the work of an `f32` multiply-add per instruction.
+//! Packed weights (Q8_0, bfloat16) are widened to `f32` one projection at a time before the
+//! product: over many rows that costs little next to the product, and the buffer lives only as
+//! long as the projection's product.
 
 use super::gemv::{ProjectionRef, WeightRef};
 use crate::quant::dequantize_rows as dequantize;
@@ -48,11 +46,9 @@ pub fn project_rows_gemm(
             let widened;
             let weight: &[f32] = match p.weight {
                 WeightRef::F32(w) => w,
-                WeightRef::Q8_0(_) => {
-                    // Integer products on the interleaved blocks beat widening to f32.
-                    return super::gemv::project_rows(x, rows, d_in, std::slice::from_ref(p))
-                        .pop()
-                        .expect("one output per projection");
+                WeightRef::Q8_0(m) => {
+                    widened = dequantize(out, m.cols(), |r, row| m.dequantize_row(r, row));
+                    &widened
                 }
                 WeightRef::Bf16(m) => {
                     widened = dequantize(out, m.cols(), |r, row| m.dequantize_row(r, row));
