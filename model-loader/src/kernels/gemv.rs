@@ -5,7 +5,9 @@
 //! thread streams its own share of the weights once, whatever the number of input rows: a tile
 //! of weight rows is multiplied with up to eight input rows at a time while it sits in
 //! registers and L1 (four weight rows for up to four input rows, three for up to eight, so the
-//! accumulators stay within the 32 vector registers).
+//! accumulators stay within the 32 vector registers). Q8_0 weights go to their own kernel
+//! (module `q8_0`), which works on groups of 16 interleaved weight rows and up to four input
+//! rows at a time.
 
 use super::q8_0::QuantizedRows;
 use crate::quant::{Bf16Matrix, Q8_0Matrix, Q8_0_GROUP};

@@ -17,7 +17,8 @@
 
 use crate::quant::{Q8_0Matrix, Q8_0_BLOCK, Q8_0_GROUP};
 
-/// Input rows one kernel call multiplies at most.
+/// Input rows one kernel call multiplies at most: with more, the compiler spills the per-row
+/// accumulators and broadcast inputs out of the 32 vector registers.
 const MAX_ROWS_PER_CALL: usize = 4;
 
 /// Input rows quantized to Q8_0 blocks: per row and block, 32 signed bytes, `-128 · Σ q` and
@@ -173,7 +174,8 @@ pub(super) fn has_vnni() -> bool {
     })
 }
 
-/// Calls the `unsafe` kernel `$kernel::<H>($args)` for the runtime `$height` (1..=8).
+/// Calls the `unsafe` kernel `$kernel::<H>($args)` for the runtime `$height` (1 to
+/// [`MAX_ROWS_PER_CALL`]).
 macro_rules! dispatch_height {
     ($height:expr, $($kernel:ident)::+ ($($arg:expr),*)) => {
         match $height {
@@ -181,11 +183,7 @@ macro_rules! dispatch_height {
             2 => $($kernel)::+::<2>($($arg),*),
             3 => $($kernel)::+::<3>($($arg),*),
             4 => $($kernel)::+::<4>($($arg),*),
-            5 => $($kernel)::+::<5>($($arg),*),
-            6 => $($kernel)::+::<6>($($arg),*),
-            7 => $($kernel)::+::<7>($($arg),*),
-            8 => $($kernel)::+::<8>($($arg),*),
-            _ => unreachable!("at most 8 input rows per call"),
+            _ => unreachable!("at most MAX_ROWS_PER_CALL input rows per call"),
         }
     };
 }
