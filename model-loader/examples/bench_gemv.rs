@@ -15,12 +15,15 @@
 //! bandwidth the threads can draw). Times are the fastest of repeated steps; the weights
 //! (143 to 538 MB) do not fit in any cache, so each step reads them from memory.
 
+mod common;
+
 use aquila_model_loader::backend::KernelBackend;
 use aquila_model_loader::huge_pages::back_with_huge_pages;
 use aquila_model_loader::kernels::gemm::project_rows_gemm;
 use aquila_model_loader::kernels::gemv::{project_rows, ProjectionRef, WeightRef, MAX_GEMV_ROWS};
 use aquila_model_loader::quant::{Bf16Matrix, Q8_0Matrix};
 use burn::backend::Flex;
+use common::inputs;
 use rayon::prelude::*;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -41,15 +44,7 @@ const VOCAB: usize = 49_152;
 
 /// Deterministic weights in `[-0.05, 0.05)`.
 fn weights(len: usize, seed: u64) -> Vec<f32> {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            ((state >> 40) as f32 / (1u64 << 23) as f32 - 1.0) * 0.05
-        })
-        .collect()
+    inputs(len, seed).into_iter().map(|v| v * 0.05).collect()
 }
 
 /// One model's projections in one format: `(d_in, weight)` in step order.
@@ -141,16 +136,16 @@ fn fastest(mut f: impl FnMut()) -> Duration {
 /// Fastest of repeated steps of `rows` input rows through every projection.
 fn time_step(stored: &Stored, rows: usize) -> Duration {
     let refs = stored.refs();
-    let inputs: Vec<Vec<f32>> = [HIDDEN, 1536]
+    let input_rows: Vec<Vec<f32>> = [HIDDEN, 1536]
         .iter()
-        .map(|&d| weights(rows * d, 99).iter().map(|v| v * 20.0).collect())
+        .map(|&d| inputs(rows * d, 99))
         .collect();
     let step = || {
         for &(d_in, weight) in &refs {
             let x = if d_in == HIDDEN {
-                &inputs[0]
+                &input_rows[0]
             } else {
-                &inputs[1]
+                &input_rows[1]
             };
             let projection = [ProjectionRef { weight, bias: None }];
             let out = if rows <= MAX_GEMV_ROWS {

@@ -15,24 +15,14 @@
 //! the weighted value sum), `silu_mul` 5 per element (exp counted as one), `rms_norm` 4 per
 //! element, `apply_rope` 3 per element.
 
+mod common;
+
 use aquila_model_loader::kernels::{
     apply_rope, grouped_query_attention, has_avx512, rms_norm, silu_mul, AttentionShape, Visibility,
 };
+use common::inputs;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
-
-/// Deterministic inputs in `[-1, 1)`.
-fn inputs(len: usize, seed: u64) -> Vec<f32> {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        })
-        .collect()
-}
 
 /// Time per call of `f`: after a warm-up, calls run in batches of about 10 ms until `budget`
 /// has passed, and the fastest batch counts (robust to preemption on a shared machine).
