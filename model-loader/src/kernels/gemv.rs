@@ -6,10 +6,10 @@
 //! of weight rows is multiplied with up to eight input rows at a time while it sits in
 //! registers and L1 (four weight rows for up to four input rows, three for up to eight, so the
 //! accumulators stay within the 32 vector registers). Q8_0 weights go to their own kernel
-//! (module `q8_0`), which works on groups of 16 interleaved weight rows and up to four input
+//! (module `q8_0`), which works on groups of 16 interleaved weight rows and up to six input
 //! rows at a time.
 
-use super::q8_0::QuantizedRows;
+use super::q8_0::{InputPrecision, QuantizedRows};
 use crate::quant::{Bf16Matrix, Q8_0Matrix, Q8_0_GROUP};
 use rayon::prelude::*;
 
@@ -142,7 +142,7 @@ impl Inputs<'_> {
 
 /// `x` (`[rows, d_in]`) times every projection of `projections`: output `b` is
 /// `[rows, out_b]` with `out_b[r, j] = x[r] · weight_b[j] + bias_b[j]`. With Q8_0 weights,
-/// `x` is quantized per block of 32 first (as llama.cpp does for Q8_0 weights).
+/// `x` is quantized to bytes per block of 32 first (as llama.cpp does for Q8_0 weights).
 ///
 /// # Panics
 /// If a weight's rows are not `d_in` wide, a bias has the wrong length, or `x` is not
@@ -152,6 +152,17 @@ pub fn project_rows(
     rows: usize,
     d_in: usize,
     projections: &[ProjectionRef<'_>],
+) -> Vec<Vec<f32>> {
+    project_rows_at(x, rows, d_in, projections, InputPrecision::Byte)
+}
+
+/// [`project_rows`] with the input rows of Q8_0 weights quantized at `precision`.
+pub(super) fn project_rows_at(
+    x: &[f32],
+    rows: usize,
+    d_in: usize,
+    projections: &[ProjectionRef<'_>],
+    precision: InputPrecision,
 ) -> Vec<Vec<f32>> {
     assert_eq!(x.len(), rows * d_in, "project_rows: x is not [rows, d_in]");
     for p in projections {
@@ -182,7 +193,7 @@ pub fn project_rows(
         .any(|p| matches!(p.weight, WeightRef::Q8_0(_)));
     let inputs = Inputs {
         x,
-        quantized: needs_quantized.then(|| QuantizedRows::new(x, rows, d_in)),
+        quantized: needs_quantized.then(|| QuantizedRows::new(x, rows, d_in, precision)),
     };
     let tasks: Vec<(usize, usize, usize)> = projections
         .iter()
