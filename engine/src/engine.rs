@@ -103,6 +103,8 @@ impl<B: KernelBackend> Engine<B> {
                 dir: config.model.clone(),
                 error,
             })?;
+        // What parsing the tokenizer dropped goes back to the OS before the weights arrive.
+        aquila_model_loader::memory::release_free_memory();
         let model = match loaded {
             Some(model) => model,
             None => {
@@ -112,6 +114,7 @@ impl<B: KernelBackend> Engine<B> {
                     .map_err(load_error)?
                     .no_grad();
                 B::back_with_huge_pages(&model);
+                aquila_model_loader::memory::release_free_memory();
                 model
             }
         };

@@ -24,6 +24,7 @@ use index::ShardIndex;
 use shard::{Shard, TensorLocation};
 use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 /// File name of a single-file checkpoint.
@@ -183,6 +184,55 @@ impl Checkpoint {
             shard.release(&(released_from..end));
             released_from = (end / shard::PAGE * shard::PAGE).max(location.bytes.start);
         }
+        Ok(values)
+    }
+
+    /// Reads rows `rows` of a floating-point tensor (its first dimension; a row holds the
+    /// product of the others) as `f32`, row-major, releasing their file pages once converted,
+    /// so that a large matrix can be packed a few rows at a time.
+    pub fn read_f32_rows(
+        &self,
+        name: &str,
+        rows: Range<usize>,
+    ) -> Result<Vec<f32>, CheckpointError> {
+        let (shard, location) = self.locate(name)?;
+        let total_rows = location.shape.first().copied().unwrap_or(1);
+        if rows.start > rows.end || rows.end > total_rows {
+            return Err(CheckpointError::InvalidTensor {
+                path: shard.path().to_path_buf(),
+                name: name.to_string(),
+                message: format!("rows {rows:?} are outside its {total_rows} rows"),
+            });
+        }
+        let element_bytes = location.dtype.bitsize() / 8;
+        let row_bytes = location
+            .shape
+            .iter()
+            .skip(1)
+            .try_fold(element_bytes, |bytes, &d| bytes.checked_mul(d));
+        let offset = |row: usize| {
+            row_bytes
+                .and_then(|b| b.checked_mul(row))
+                .and_then(|b| b.checked_add(location.bytes.start))
+        };
+        let range = match (offset(rows.start), offset(rows.end)) {
+            (Some(start), Some(end)) if end <= location.bytes.end => start..end,
+            _ => {
+                return Err(CheckpointError::InvalidTensor {
+                    path: shard.path().to_path_buf(),
+                    name: name.to_string(),
+                    message: format!("its shape {:?} does not fit its bytes", location.shape),
+                })
+            }
+        };
+        let values = convert::to_f32(location.dtype, shard.range(&range))
+            .ok_or_else(|| unsupported(shard, name, location, "a floating-point type"))?;
+        // Also the pages the range shares with its neighbours, and those before it that the
+        // kernel mapped again around the range's first page fault (it maps whole aligned
+        // windows of already cached pages): reading any of them again only reads the file.
+        let pages = range.start.saturating_sub(shard::FAULT_AROUND) / shard::PAGE * shard::PAGE
+            ..range.end.next_multiple_of(shard::PAGE);
+        shard.release(&pages);
         Ok(values)
     }
 

@@ -16,6 +16,7 @@ pub mod fixtures;
 pub mod gguf;
 pub mod huge_pages;
 pub mod kernels;
+pub mod memory;
 pub mod model;
 pub mod quant;
 pub mod tokenizer;

@@ -10,6 +10,10 @@ use std::path::{Path, PathBuf};
 /// Size of the pages [`Shard::release`] drops (whole pages inside a range only).
 pub(crate) const PAGE: usize = 4096;
 
+/// The window of cached file pages that Linux maps around a page fault (its default
+/// `fault_around_bytes`).
+pub(crate) const FAULT_AROUND: usize = 64 << 10;
+
 /// Where one tensor lives in a shard.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct TensorLocation {
@@ -80,6 +84,11 @@ impl Shard {
         &self.map[location.bytes.clone()]
     }
 
+    /// The bytes `bytes` of the mapped file.
+    pub(crate) fn range(&self, bytes: &Range<usize>) -> &[u8] {
+        &self.map[bytes.clone()]
+    }
+
     /// Lets the kernel drop the resident pages of `bytes` of the file once read (the whole
     /// pages inside the range), so that a loaded model does not also keep its file's pages:
     /// they count in the process's resident memory for as long as the map lives. Reading the
@@ -88,7 +97,7 @@ impl Shard {
         #[cfg(unix)]
         {
             let start = bytes.start.next_multiple_of(PAGE);
-            let end = bytes.end / PAGE * PAGE;
+            let end = bytes.end.min(self.map.len()) / PAGE * PAGE;
             if end > start {
                 // SAFETY: the map is a private read-only file mapping: dropping its pages only
                 // makes the next access read them from the file again, with the same contents.

@@ -3,6 +3,7 @@
 
 use super::{Checkpoint, CheckpointError, MismatchReport, ShapeMismatch};
 use std::collections::BTreeSet;
+use std::ops::Range;
 
 /// Takes tensors out of a [`Checkpoint`] by name with an expected shape.
 ///
@@ -47,6 +48,29 @@ impl<'a> StrictReader<'a> {
     /// transposed (`[cols, rows]`, row-major), as `f32`.
     pub fn f32_transposed(&mut self, name: &str, shape: [usize; 2]) -> Option<Vec<f32>> {
         self.take(name, &shape, Checkpoint::read_f32_transposed)
+    }
+
+    /// Takes a floating-point matrix of shape `[rows, cols]` and hands `build` a source of its
+    /// rows: `read(range)` returns rows `range` as `f32`, row-major (their file pages released
+    /// once converted), so that a large matrix can be packed without ever being held whole as
+    /// `f32`. `None` (recorded) where [`StrictReader::f32`] would give `None`.
+    pub fn f32_rows<T>(
+        &mut self,
+        name: &str,
+        shape: [usize; 2],
+        build: impl FnOnce(&mut dyn FnMut(Range<usize>) -> Vec<f32>) -> T,
+    ) -> Option<T> {
+        self.take(name, &shape, |checkpoint, name| {
+            // A first read checks the type once; then no row range inside the checked shape
+            // can fail.
+            checkpoint.read_f32_rows(name, 0..0)?;
+            let mut read = |rows: Range<usize>| {
+                checkpoint
+                    .read_f32_rows(name, rows)
+                    .expect("rows of a floating-point matrix of the checked shape")
+            };
+            Ok(build(&mut read))
+        })
     }
 
     /// Like [`StrictReader::f32`], but an absent tensor is not a problem (`None`).
@@ -103,12 +127,12 @@ impl<'a> StrictReader<'a> {
         }
     }
 
-    fn take<T>(
+    fn take<R>(
         &mut self,
         name: &str,
         shape: &[usize],
-        read: impl Fn(&Checkpoint, &str) -> Result<Vec<T>, CheckpointError>,
-    ) -> Option<Vec<T>> {
+        read: impl FnOnce(&Checkpoint, &str) -> Result<R, CheckpointError>,
+    ) -> Option<R> {
         let Some(info) = self.checkpoint.info(name) else {
             if !self.report.missing.iter().any(|m| m == name) {
                 self.report.missing.push(name.to_string());

@@ -64,7 +64,7 @@ impl<B: Backend> LinearBlock<B> {
 
     /// A block of `weight` (`[out, in]`, row-major `d_in` wide) and `bias` stored as `storage`
     /// says.
-    fn new(
+    pub(crate) fn new(
         weight: Vec<f32>,
         bias: Option<Vec<f32>>,
         d_in: usize,
@@ -72,16 +72,11 @@ impl<B: Backend> LinearBlock<B> {
         device: &B::Device,
     ) -> Self {
         let out = weight.len() / d_in.max(1);
-        let bias =
-            bias.map(|b| Param::from_tensor(Tensor::from_data(TensorData::new(b, [out]), device)));
         let packed = PackedWeight::pack(storage.format, &weight, out, d_in);
         match packed {
-            Some(packed) if storage.packed => Self {
-                weight: None,
-                bias,
-                packed: Some(packed),
-            },
+            Some(packed) if storage.packed => Self::from_packed(packed, bias, device),
             widened => {
+                let bias = bias_param(bias, out, device);
                 let values = widened.map_or(weight, |p| p.dequantize());
                 Self {
                     weight: Some(Param::from_tensor(Tensor::from_data(
@@ -94,6 +89,29 @@ impl<B: Backend> LinearBlock<B> {
             }
         }
     }
+
+    /// A block of a packed weight and `bias`.
+    pub(crate) fn from_packed(
+        packed: PackedWeight,
+        bias: Option<Vec<f32>>,
+        device: &B::Device,
+    ) -> Self {
+        let [out, _] = packed.shape();
+        Self {
+            weight: None,
+            bias: bias_param(bias, out, device),
+            packed: Some(packed),
+        }
+    }
+}
+
+/// `bias` (`[out]`) as a parameter on `device`.
+fn bias_param<B: Backend>(
+    bias: Option<Vec<f32>>,
+    out: usize,
+    device: &B::Device,
+) -> Option<Param<Tensor<B, 1>>> {
+    bias.map(|b| Param::from_tensor(Tensor::from_data(TensorData::new(b, [out]), device)))
 }
 
 /// How a loader stores the weights of linear layers.
@@ -107,6 +125,11 @@ pub struct WeightStorage {
 }
 
 impl WeightStorage {
+    /// Whether weights whose rows are `d_in` wide are kept packed.
+    pub fn keeps_packed(&self, d_in: usize) -> bool {
+        self.packed && self.format.packs(d_in)
+    }
+
     /// Weights in `format`, packed when backend `B` reads packed weights.
     pub fn for_backend<B: KernelBackend>(format: WeightFormat) -> Self {
         Self {
@@ -172,6 +195,11 @@ impl<B: Backend> SplitLinear<B> {
                 LinearBlock::new(block.weight, block.bias, d_in, storage, device)
             })
             .collect();
+        Self { blocks }
+    }
+
+    /// A layer of `blocks`.
+    pub(crate) fn from_linear_blocks(blocks: Vec<LinearBlock<B>>) -> Self {
         Self { blocks }
     }
 

@@ -97,17 +97,27 @@ impl<B: Backend> LlamaModel<B> {
         let (vocab, hidden) = (config.vocab_size, config.hidden_size);
         let separate_head = loader.reader().contains(LM_HEAD) || !config.tie_word_embeddings;
         // The table is converted before the layers are read, so that its f32 copy is gone by
-        // then.
-        let embed = loader
-            .reader()
-            .f32(EMBED_TOKENS, &[vocab, hidden])
-            .map(|table| {
-                if separate_head {
-                    TokenTable::Float(loader.tensor(table, [vocab, hidden]))
-                } else {
-                    TokenTable::tied(loader, table, [vocab, hidden])
-                }
-            });
+        // then; a tied table kept packed is packed as it is read, a few rows at a time.
+        let storage = loader.storage();
+        let embed = if !separate_head && storage.keeps_packed(hidden) {
+            loader
+                .reader()
+                .f32_rows(EMBED_TOKENS, [vocab, hidden], |read| {
+                    PackedWeight::pack_rows(storage.format, vocab, hidden, read)
+                })
+                .map(|packed| TokenTable::Packed(packed.expect("the format packs rows this wide")))
+        } else {
+            loader
+                .reader()
+                .f32(EMBED_TOKENS, &[vocab, hidden])
+                .map(|table| {
+                    if separate_head {
+                        TokenTable::Float(loader.tensor(table, [vocab, hidden]))
+                    } else {
+                        TokenTable::tied(loader, table, [vocab, hidden])
+                    }
+                })
+        };
         let spec = DecoderLayerSpec::from_config(&config);
         let layers: Vec<Option<DecoderLayer<B>>> = (0..config.num_hidden_layers)
             .map(|i| DecoderLayer::load(loader, &format!("model.layers.{i}"), &spec))
@@ -318,13 +328,12 @@ enum TokenTable<B: Backend> {
 }
 
 impl<B: Backend> TokenTable<B> {
-    /// The table of a tied lm_head stored as the loader stores linear weights: packed, or
-    /// rounded to the format and widened back, so that embeddings and logits use the same
-    /// values.
+    /// The table of a tied lm_head that is not kept packed, as the loader stores linear
+    /// weights: rounded to the format and widened back, so that embeddings and logits use the
+    /// same values.
     fn tied(loader: &WeightLoader<'_, B>, table: Vec<f32>, shape: [usize; 2]) -> Self {
         let storage = loader.storage();
         match PackedWeight::pack(storage.format, &table, shape[0], shape[1]) {
-            Some(packed) if storage.packed => TokenTable::Packed(packed),
             Some(packed) => TokenTable::Float(loader.tensor(packed.dequantize(), shape)),
             None => TokenTable::Float(loader.tensor(table, shape)),
         }

@@ -2,9 +2,10 @@
 //! (linear weights stay `[out, in]`), fusing projections that share an input. Problems are recorded by the underlying [`StrictReader`] and reported by
 //! [`WeightLoader::finish`].
 
-use super::linear::{BlockWeights, WeightStorage};
+use super::linear::{BlockWeights, LinearBlock, WeightStorage};
 use super::SplitLinear;
 use crate::checkpoint::{Checkpoint, CheckpointError, StrictReader};
+use crate::quant::PackedWeight;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
 
@@ -106,7 +107,7 @@ impl<'a, B: Backend> WeightLoader<'a, B> {
         bias: bool,
     ) -> Option<SplitLinear<B>> {
         // Read every part before giving up, so that every problem is recorded.
-        let blocks: Vec<Option<BlockWeights>> = parts
+        let blocks: Vec<Option<ReadBlock>> = parts
             .iter()
             .map(|p| self.read_block(p.prefix, d_in, p.out, bias))
             .collect();
@@ -115,30 +116,55 @@ impl<'a, B: Backend> WeightLoader<'a, B> {
     }
 
     /// A layer of `blocks` stored as the loader stores linear weights.
-    fn build(&mut self, blocks: Vec<BlockWeights>, d_in: usize) -> SplitLinear<B> {
-        let layer = SplitLinear::from_blocks_stored(blocks, d_in, self.storage, &self.device);
+    fn build(&mut self, blocks: Vec<ReadBlock>, d_in: usize) -> SplitLinear<B> {
+        let blocks = blocks
+            .into_iter()
+            .map(|block| match block {
+                ReadBlock::Values(block) => {
+                    LinearBlock::new(block.weight, block.bias, d_in, self.storage, &self.device)
+                }
+                ReadBlock::Packed { weight, bias } => {
+                    LinearBlock::from_packed(weight, bias, &self.device)
+                }
+            })
+            .collect();
+        let layer = SplitLinear::from_linear_blocks(blocks);
         self.packed_bytes += layer.packed_bytes();
         layer
     }
 
-    /// Reads `{prefix}.weight` (`[d_out, d_in]`) and, with `bias`, `{prefix}.bias`.
+    /// Reads `{prefix}.weight` (`[d_out, d_in]`) and, with `bias`, `{prefix}.bias`; a weight
+    /// kept packed is packed as it is read, a few rows at a time.
     fn read_block(
         &mut self,
         prefix: &str,
         d_in: usize,
         d_out: usize,
         bias: bool,
-    ) -> Option<BlockWeights> {
-        let weight = self.reader.f32(&format!("{prefix}.weight"), &[d_out, d_in]);
+    ) -> Option<ReadBlock> {
+        let name = format!("{prefix}.weight");
+        let weight = if self.storage.keeps_packed(d_in) {
+            let format = self.storage.format;
+            self.reader
+                .f32_rows(&name, [d_out, d_in], |read| {
+                    PackedWeight::pack_rows(format, d_out, d_in, read)
+                })
+                .map(|packed| Weight::Packed(packed.expect("the format packs rows this wide")))
+        } else {
+            self.reader.f32(&name, &[d_out, d_in]).map(Weight::Values)
+        };
         // The bias is read even when the weight is unusable, so that its problems are recorded.
         let bias = match bias.then(|| self.reader.f32(&format!("{prefix}.bias"), &[d_out])) {
             Some(loaded) => Some(loaded?),
             None => None,
         };
-        Some(BlockWeights {
-            weight: weight?,
-            bias,
-            out: d_out,
+        Some(match weight? {
+            Weight::Values(weight) => ReadBlock::Values(BlockWeights {
+                weight,
+                bias,
+                out: d_out,
+            }),
+            Weight::Packed(weight) => ReadBlock::Packed { weight, bias },
         })
     }
 
@@ -146,4 +172,20 @@ impl<'a, B: Backend> WeightLoader<'a, B> {
     pub fn finish(self) -> Result<(), CheckpointError> {
         self.reader.finish()
     }
+}
+
+/// A weight as read: `f32` values, or packed.
+enum Weight {
+    Values(Vec<f32>),
+    Packed(PackedWeight),
+}
+
+/// A block as read: `f32` values (stored as the loader's storage says), or a packed weight
+/// with its bias.
+enum ReadBlock {
+    Values(BlockWeights),
+    Packed {
+        weight: PackedWeight,
+        bias: Option<Vec<f32>>,
+    },
 }

@@ -1,6 +1,7 @@
 //! [`Bf16Matrix`]: a row-major matrix of bfloat16 values.
 
 use half::bf16;
+use std::ops::Range;
 
 /// A `[rows, cols]` matrix of bfloat16 values (the upper 16 bits of an `f32`).
 #[derive(Clone, Debug, PartialEq)]
@@ -22,6 +23,29 @@ impl Bf16Matrix {
             "from_f32: values are not [rows, cols]"
         );
         let values: Vec<bf16> = values.iter().map(|&v| bf16::from_f32(v)).collect();
+        crate::huge_pages::back_with_huge_pages(&values);
+        Self { rows, cols, values }
+    }
+
+    /// A `[rows, cols]` matrix rounded as [`Bf16Matrix::from_f32`] rounds, taking its values
+    /// from `read` a range of rows at a time (`read(range)` returns those rows, row-major), so
+    /// that the whole matrix is never held as `f32`.
+    ///
+    /// # Panics
+    /// If `read` returns other than `range.len() * cols` values.
+    pub fn from_rows(
+        rows: usize,
+        cols: usize,
+        mut read: impl FnMut(Range<usize>) -> Vec<f32>,
+    ) -> Self {
+        let chunk = super::rows_per_read(cols);
+        let mut values = Vec::with_capacity(rows * cols);
+        for start in (0..rows).step_by(chunk) {
+            let range = start..(start + chunk).min(rows);
+            let read = read(range.clone());
+            assert_eq!(read.len(), range.len() * cols, "from_rows: short read");
+            values.extend(read.iter().map(|&v| bf16::from_f32(v)));
+        }
         crate::huge_pages::back_with_huge_pages(&values);
         Self { rows, cols, values }
     }

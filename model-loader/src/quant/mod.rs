@@ -50,6 +50,23 @@ impl WeightFormat {
             WeightFormat::Bf16 => "bf16",
         }
     }
+
+    /// Whether rows `cols` wide can be packed in this format (never for [`WeightFormat::F32`],
+    /// which is not packed; Q8_0 needs whole blocks).
+    pub fn packs(self, cols: usize) -> bool {
+        match self {
+            WeightFormat::F32 => false,
+            WeightFormat::Q8_0 => cols.is_multiple_of(Q8_0_BLOCK),
+            WeightFormat::Bf16 => true,
+        }
+    }
+}
+
+/// Rows that packing from a row source reads at a time for rows `cols` wide: about 1 MiB of
+/// `f32`, so that a packed matrix never costs more than that in passing.
+fn rows_per_read(cols: usize) -> usize {
+    const READ_BYTES: usize = 1 << 20;
+    (READ_BYTES / (4 * cols.max(1))).max(1)
 }
 
 impl fmt::Display for WeightFormat {
@@ -103,6 +120,33 @@ impl PackedWeight {
             }
             WeightFormat::Bf16 => Some(PackedWeight::Bf16(Arc::new(Bf16Matrix::from_f32(
                 values, rows, cols,
+            )))),
+        }
+    }
+
+    /// A `[rows, cols]` matrix packed in `format` as [`PackedWeight::pack`] packs it, taking
+    /// its values from `read` a range of rows at a time (`read(range)` returns those rows,
+    /// row-major), so that the whole matrix is never held as `f32`; `None` where
+    /// [`WeightFormat::packs`] says no.
+    ///
+    /// # Panics
+    /// If `read` returns other than `range.len() * cols` values.
+    pub fn pack_rows(
+        format: WeightFormat,
+        rows: usize,
+        cols: usize,
+        read: impl FnMut(std::ops::Range<usize>) -> Vec<f32>,
+    ) -> Option<Self> {
+        if !format.packs(cols) {
+            return None;
+        }
+        match format {
+            WeightFormat::F32 => None,
+            WeightFormat::Q8_0 => {
+                Q8_0Matrix::quantize_rows(rows, cols, read).map(|m| PackedWeight::Q8_0(Arc::new(m)))
+            }
+            WeightFormat::Bf16 => Some(PackedWeight::Bf16(Arc::new(Bf16Matrix::from_rows(
+                rows, cols, read,
             )))),
         }
     }
@@ -195,5 +239,29 @@ mod tests {
         }
         // Q8_0 rows must be whole blocks.
         assert!(PackedWeight::pack(WeightFormat::Q8_0, &values[..3 * 40], 3, 40).is_none());
+    }
+
+    #[test]
+    fn packing_from_row_ranges_equals_packing_the_whole_matrix() {
+        // More rows than one read takes, and a last read that cuts a Q8_0 group.
+        let cols = 64;
+        let rows = 2 * rows_per_read(cols) + 21;
+        let values: Vec<f32> = (0..rows * cols).map(|i| (i as f32 * 0.013).cos()).collect();
+        for format in [WeightFormat::Q8_0, WeightFormat::Bf16] {
+            let mut reads = Vec::new();
+            let packed = PackedWeight::pack_rows(format, rows, cols, |range| {
+                reads.push(range.clone());
+                values[range.start * cols..range.end * cols].to_vec()
+            })
+            .unwrap();
+            let whole = PackedWeight::pack(format, &values, rows, cols).unwrap();
+            assert_eq!(packed.dequantize(), whole.dequantize(), "{format}");
+            assert_eq!(packed.bytes(), whole.bytes());
+            assert!(reads.len() >= 3, "{format}: {reads:?}");
+            assert!(reads.windows(2).all(|w| w[0].end == w[1].start));
+            assert_eq!((reads[0].start, reads.last().unwrap().end), (0, rows));
+        }
+        assert!(PackedWeight::pack_rows(WeightFormat::F32, 2, cols, |_| unreachable!()).is_none());
+        assert!(PackedWeight::pack_rows(WeightFormat::Q8_0, 2, 40, |_| unreachable!()).is_none());
     }
 }

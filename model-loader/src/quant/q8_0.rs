@@ -12,6 +12,7 @@
 
 use half::f16;
 use rayon::prelude::*;
+use std::ops::Range;
 
 /// Values per Q8_0 block.
 pub const Q8_0_BLOCK: usize = 32;
@@ -45,39 +46,94 @@ impl Q8_0Matrix {
         cols: usize,
         block: impl Fn(usize, usize) -> (f16, [i8; Q8_0_BLOCK]) + Sync,
     ) -> Self {
-        let blocks = cols / Q8_0_BLOCK;
-        let groups = rows.div_ceil(Q8_0_GROUP);
-        let mut quants = vec![0x80u8; groups * blocks * GROUP_BLOCK_BYTES];
-        let mut scales = vec![f16::ZERO; groups * blocks * Q8_0_GROUP];
-        if blocks > 0 {
-            quants
-                .par_chunks_mut(blocks * GROUP_BLOCK_BYTES)
-                .zip(scales.par_chunks_mut(blocks * Q8_0_GROUP))
-                .enumerate()
-                .for_each(|(g, (quants, scales))| {
-                    let group_rows = (rows - g * Q8_0_GROUP).min(Q8_0_GROUP);
-                    for i in 0..group_rows {
-                        for b in 0..blocks {
-                            let (d, ints) = block(g * Q8_0_GROUP + i, b);
-                            scales[b * Q8_0_GROUP + i] = d;
-                            let at = &mut quants[b * GROUP_BLOCK_BYTES..][..GROUP_BLOCK_BYTES];
-                            for (j, chunk) in ints.chunks_exact(CHUNK).enumerate() {
-                                let place = &mut at[(j * Q8_0_GROUP + i) * CHUNK..][..CHUNK];
-                                for (q, &v) in place.iter_mut().zip(chunk) {
-                                    *q = (v as u8) ^ 0x80;
-                                }
-                            }
-                        }
-                    }
-                });
-        }
-        crate::huge_pages::back_with_huge_pages(&quants);
+        let mut matrix = Self::zeroed(rows, cols);
+        matrix.fill_groups(0..rows.div_ceil(Q8_0_GROUP), block);
+        crate::huge_pages::back_with_huge_pages(&matrix.quants);
+        matrix
+    }
+
+    /// A `[rows, cols]` matrix of zeros.
+    fn zeroed(rows: usize, cols: usize) -> Self {
+        let (blocks, groups) = (cols / Q8_0_BLOCK, rows.div_ceil(Q8_0_GROUP));
         Self {
             rows,
             cols,
-            quants,
-            scales,
+            quants: vec![0x80u8; groups * blocks * GROUP_BLOCK_BYTES],
+            scales: vec![f16::ZERO; groups * blocks * Q8_0_GROUP],
         }
+    }
+
+    /// Writes the rows of groups `groups`, block `b` of row `r` being `block(r, b)`.
+    fn fill_groups(
+        &mut self,
+        groups: Range<usize>,
+        block: impl Fn(usize, usize) -> (f16, [i8; Q8_0_BLOCK]) + Sync,
+    ) {
+        let blocks = self.cols / Q8_0_BLOCK;
+        if blocks == 0 {
+            return;
+        }
+        let rows = self.rows;
+        let quants = &mut self.quants[groups.start * blocks * GROUP_BLOCK_BYTES..]
+            [..groups.len() * blocks * GROUP_BLOCK_BYTES];
+        let scales = &mut self.scales[groups.start * blocks * Q8_0_GROUP..]
+            [..groups.len() * blocks * Q8_0_GROUP];
+        quants
+            .par_chunks_mut(blocks * GROUP_BLOCK_BYTES)
+            .zip(scales.par_chunks_mut(blocks * Q8_0_GROUP))
+            .zip(groups)
+            .for_each(|((quants, scales), g)| {
+                let group_rows = (rows - g * Q8_0_GROUP).min(Q8_0_GROUP);
+                for i in 0..group_rows {
+                    for b in 0..blocks {
+                        let (d, ints) = block(g * Q8_0_GROUP + i, b);
+                        scales[b * Q8_0_GROUP + i] = d;
+                        let at = &mut quants[b * GROUP_BLOCK_BYTES..][..GROUP_BLOCK_BYTES];
+                        for (j, chunk) in ints.chunks_exact(CHUNK).enumerate() {
+                            let place = &mut at[(j * Q8_0_GROUP + i) * CHUNK..][..CHUNK];
+                            for (q, &v) in place.iter_mut().zip(chunk) {
+                                *q = (v as u8) ^ 0x80;
+                            }
+                        }
+                    }
+                }
+            });
+    }
+
+    /// Quantizes a `[rows, cols]` matrix as [`Q8_0Matrix::quantize`] does, taking its values
+    /// from `read` a range of rows at a time (`read(range)` returns those rows, row-major),
+    /// so that the whole matrix is never held as `f32`. `None` when `cols` is not a multiple
+    /// of [`Q8_0_BLOCK`].
+    ///
+    /// # Panics
+    /// If `read` returns other than `range.len() * cols` values.
+    pub fn quantize_rows(
+        rows: usize,
+        cols: usize,
+        mut read: impl FnMut(Range<usize>) -> Vec<f32>,
+    ) -> Option<Self> {
+        if !cols.is_multiple_of(Q8_0_BLOCK) {
+            return None;
+        }
+        let mut matrix = Self::zeroed(rows, cols);
+        let chunk = super::rows_per_read(cols).next_multiple_of(Q8_0_GROUP);
+        for start in (0..rows).step_by(chunk) {
+            let range = start..(start + chunk).min(rows);
+            let values = read(range.clone());
+            assert_eq!(
+                values.len(),
+                range.len() * cols,
+                "quantize_rows: short read"
+            );
+            let groups = start / Q8_0_GROUP..range.end.div_ceil(Q8_0_GROUP);
+            matrix.fill_groups(groups, |r, b| {
+                let block = &values[(r - start) * cols + b * Q8_0_BLOCK..][..Q8_0_BLOCK];
+                let (d, ints) = quantize_block(block);
+                (f16::from_f32(d), ints)
+            });
+        }
+        crate::huge_pages::back_with_huge_pages(&matrix.quants);
+        Some(matrix)
     }
 
     /// Quantizes row-major `values` as ggml does: per block, `d = max|v| / 127` (stored as

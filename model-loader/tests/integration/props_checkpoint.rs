@@ -40,6 +40,7 @@ fn open_and_read_all(path: &Path) {
         let _ = checkpoint.info(name);
         let _ = checkpoint.read_f32(name);
         let _ = checkpoint.read_f32_transposed(name);
+        let _ = checkpoint.read_f32_rows(name, 0..1);
         let _ = checkpoint.read_i64(name);
         let _ = checkpoint.read_bool(name);
     }
@@ -75,6 +76,30 @@ proptest! {
         std::fs::write(&index_path, &edited).unwrap();
         assert_bounded_allocation("index", edited.len(), 64, || open_and_read_all(&index_path));
     }
+}
+
+#[test]
+fn row_ranges_read_as_the_whole_tensor_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.safetensors");
+    std::fs::write(&path, valid_file()).unwrap();
+    let checkpoint = Checkpoint::open(&path).unwrap();
+    for (name, rows, width) in [("a", 3, 4), ("b", 12, 1), ("c", 2, 6)] {
+        let whole = checkpoint.read_f32(name).unwrap();
+        for start in 0..=rows {
+            for end in start..=rows {
+                let part = checkpoint.read_f32_rows(name, start..end).unwrap();
+                assert_eq!(
+                    part,
+                    whole[start * width..end * width],
+                    "{name} {start}..{end}"
+                );
+            }
+        }
+        let err = checkpoint.read_f32_rows(name, 0..rows + 1).unwrap_err();
+        assert!(err.to_string().contains("outside"), "{err}");
+    }
+    assert!(checkpoint.read_f32_rows("d", 0..1).is_err());
 }
 
 #[test]
