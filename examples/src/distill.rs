@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use aquila_engine::{ChatMessage, EngineConfig, Llm, Prompt, SamplingParams};
+use aquila_engine::{ChatMessage, EngineConfig, Llm, Prompt, SamplingParams, WeightFormat};
 use aquila_model_loader::model::{FeatureTap, LlamaModel};
 use aquila_spec_decode::train::{
     read_shards, record_shard, shard_path, tap_name, DistillSequence, FeatureShard,
@@ -32,6 +32,11 @@ pub struct DistillSettings {
     /// The target's most likely next tokens kept per position (0: the greedy one only).
     #[serde(default)]
     pub top_k: usize,
+    /// The weights the responses are generated with (the features always come from the
+    /// target's own `f32` weights): Q8_0 generates them faster, in the target's words with
+    /// a few tokens in a hundred chosen differently.
+    #[serde(default)]
+    pub response_weights: WeightFormat,
 }
 
 /// Engine sizes used while generating responses.
@@ -101,6 +106,7 @@ pub fn build_distill_data(
                     if llm.is_none() {
                         llm = Some(Llm::new(EngineConfig {
                             max_num_seqs: sizes.max_num_seqs,
+                            weights: settings.response_weights,
                             ..EngineConfig::new(model_dir)
                         })?);
                     }

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use aquila_engine::Device;
+use aquila_engine::{Device, WeightFormat};
 use aquila_examples::corpus::{
     build_corpus_data, chat_samples, source_named, split_by_document, CorpusSettings,
 };
@@ -131,6 +131,10 @@ struct Args {
     /// build on a machine with a GPU, else `cpu`.
     #[arg(long, value_parser = parse_device)]
     device: Option<Device>,
+    /// Weights the responses are generated with (`f32`, or `q8_0` to generate them faster);
+    /// the features are recorded with the target's `f32` weights either way.
+    #[arg(long, default_value = "f32")]
+    response_weights: WeightFormat,
     /// Requests decoded together while generating responses.
     #[arg(long, default_value_t = 32)]
     max_num_seqs: usize,
@@ -187,6 +191,7 @@ fn main() -> Result<()> {
         shard_size: 64,
         tap: aquila_spec_decode::train::tap_name(&tap),
         top_k: args.record_top_k,
+        response_weights: args.response_weights,
     };
     let sizes = GenerationSizes {
         max_num_seqs: args.max_num_seqs,
