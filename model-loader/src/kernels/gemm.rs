@@ -10,7 +10,7 @@
 //! projection at a time before the product: over many rows that costs little next to the
 //! product, and the buffer lives only as long as the projection's product. Q8_0 weights on
 //! VNNI CPUs go to their integer kernel instead, with inputs kept at about 15 bits
-//! ([`super::q8_0`]), which multiplies twice as many values per instruction as `f32` FMAs.
+//! (module `q8_0`), which multiplies twice as many values per instruction as `f32` FMAs.
 
 use super::gemv::{project_rows_at, ProjectionRef, WeightRef};
 use super::q8_0::InputPrecision;
