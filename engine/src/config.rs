@@ -102,6 +102,13 @@ pub struct EagleDrafter {
     /// EAGLE-2 dynamic draft trees instead of chains.
     #[serde(default)]
     pub tree: Option<DraftTreeConfig>,
+    /// The format of the head's projections and lm_head; `None`: Q8_0 on the CPU kernels
+    /// (which read packed weights), else the target's ([`EngineConfig::weights`]). A draft
+    /// step reads the head's weights once per draft token, so 8-bit head weights make drafting
+    /// several times cheaper; drafts are verified by the target either way, so outputs do not
+    /// depend on it.
+    #[serde(default)]
+    pub weights: Option<WeightFormat>,
 }
 
 /// Prompt-lookup drafting: the tokens that followed the latest earlier occurrence of the
@@ -242,6 +249,7 @@ impl SpeculativeConfig {
         let drafter = EagleDrafter {
             draft_model: draft_model.into(),
             tree: None,
+            weights: None,
         };
         Self::new(SpeculativeMethod::Eagle(drafter), num_speculative_tokens)
     }
@@ -251,6 +259,7 @@ impl SpeculativeConfig {
         let drafter = EagleDrafter {
             draft_model: draft_model.into(),
             tree: None,
+            weights: None,
         };
         Self::new(SpeculativeMethod::Eagle3(drafter), num_speculative_tokens)
     }
@@ -566,6 +575,7 @@ mod tests {
             SpeculativeMethod::Eagle3(EagleDrafter {
                 draft_model: "/head".into(),
                 tree: Some(tree),
+                weights: None,
             })
         };
         eagle.method = with_tree(DraftTreeConfig {

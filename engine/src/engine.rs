@@ -27,7 +27,7 @@ use crate::request::{PreparedRequest, Request};
 use crate::requests::{BatchEntry, Requests};
 use crate::sampling_params::SamplingParams;
 use crate::scheduler::{Scheduler, SchedulerConfig, SchedulerOutput};
-use crate::speculation::{Drafter, FeaturelessProposer};
+use crate::speculation::{DraftPlacement, Drafter, FeaturelessProposer};
 use crate::step_costs::StepTiming;
 use crate::stop::{Finish, StopConditions};
 use crate::timing::TokenLatency;
@@ -141,7 +141,10 @@ impl<B: KernelBackend> Engine<B> {
                     speculative,
                     custom_proposer,
                     &model,
-                    device,
+                    DraftPlacement {
+                        device,
+                        target_weights: config.weights,
+                    },
                     config.max_num_seqs,
                 )?;
                 let policy = DraftPolicy::new(

@@ -5,7 +5,8 @@
 use std::collections::HashSet;
 
 use aquila_model_loader::backend::KernelBackend;
-use aquila_model_loader::model::{FeatureTap, LlamaModel};
+use aquila_model_loader::model::{FeatureTap, LlamaModel, WeightStorage};
+use aquila_model_loader::quant::WeightFormat;
 use aquila_spec_decode::eagle::EagleHead;
 use aquila_spec_decode::ngram::{NgramConfig, NgramProposer};
 use aquila_spec_decode::proposer::{
@@ -61,17 +62,30 @@ pub(crate) struct Drafter<B: Backend> {
     disabled: HashSet<RequestId>,
 }
 
+/// Where a drafter's head lives: the target's device, and the target's weight format, in
+/// which an EAGLE head's projections and lm_head are stored on backends whose kernels do not
+/// read packed weights, unless its configuration names a format
+/// ([`crate::EagleDrafter::weights`]).
+#[derive(Debug)]
+pub(crate) struct DraftPlacement<'a, B: Backend> {
+    /// The device.
+    pub device: &'a B::Device,
+    /// The target's weight format.
+    pub target_weights: WeightFormat,
+}
+
 impl<B: KernelBackend> Drafter<B> {
-    /// Builds the drafter `config` describes for `target` on `device`, with draft state for
-    /// `max_num_seqs` concurrent requests; `custom` is the proposer of
+    /// Builds the drafter `config` describes for `target` where `placement` says, with draft
+    /// state for `max_num_seqs` concurrent requests; `custom` is the proposer of
     /// [`SpeculativeMethod::Custom`].
     pub fn from_config(
         config: &SpeculativeConfig,
         custom: Option<FeaturelessProposer>,
         target: &LlamaModel<B>,
-        device: &B::Device,
+        placement: DraftPlacement<'_, B>,
         max_num_seqs: usize,
     ) -> Result<Self, EngineError> {
+        let device = placement.device;
         let k = config.num_speculative_tokens;
         match (&config.method, custom) {
             (SpeculativeMethod::Custom, Some(proposer)) => {
@@ -114,7 +128,13 @@ impl<B: KernelBackend> Drafter<B> {
                     dir: dir.clone(),
                     reason,
                 };
-                let head = EagleHead::<B>::load(dir, target.config(), device)
+                let weights = eagle.weights.unwrap_or(if B::PACKED_WEIGHTS {
+                    WeightFormat::Q8_0
+                } else {
+                    placement.target_weights
+                });
+                let storage = WeightStorage::for_backend::<B>(weights);
+                let head = EagleHead::<B>::load_stored(dir, target.config(), device, storage)
                     .map_err(|e| draft_error(e.to_string()))?
                     .no_grad();
                 head.back_with_huge_pages();

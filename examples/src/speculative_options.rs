@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Result};
 use aquila_engine::{
     DraftLength, DraftTreeConfig, EagleDrafter, NgramDrafter, SpeculativeConfig, SpeculativeMethod,
+    WeightFormat,
 };
 use clap::{Args, ValueEnum};
 
@@ -42,6 +43,10 @@ pub struct SpeculativeOptions {
     /// With `--draft-length adaptive`: fewest draft tokens per request and step.
     #[arg(long, default_value_t = 0)]
     pub min_draft_tokens: usize,
+    /// Format of an EAGLE head's projections and lm_head (`f32`, `q8_0`, `bf16`); default:
+    /// `q8_0` on the CPU, else the target's (`--dtype`).
+    #[arg(long)]
+    pub draft_weights: Option<WeightFormat>,
 }
 
 /// How many tokens each request drafts per step.
@@ -81,14 +86,21 @@ impl SpeculativeOptions {
             num_nodes: self.tree_nodes,
         });
         let method = match (chosen, self.resolve_draft(chosen)?) {
-            (DraftMethod::Eagle, Some(draft_model)) => {
-                SpeculativeMethod::Eagle(EagleDrafter { draft_model, tree })
-            }
-            (DraftMethod::Eagle3, Some(draft_model)) => {
-                SpeculativeMethod::Eagle3(EagleDrafter { draft_model, tree })
-            }
+            (DraftMethod::Eagle, Some(draft_model)) => SpeculativeMethod::Eagle(EagleDrafter {
+                draft_model,
+                tree,
+                weights: self.draft_weights,
+            }),
+            (DraftMethod::Eagle3, Some(draft_model)) => SpeculativeMethod::Eagle3(EagleDrafter {
+                draft_model,
+                tree,
+                weights: self.draft_weights,
+            }),
             (DraftMethod::Ngram, _) if tree.is_some() => {
                 bail!("--tree-nodes needs an EAGLE method; n-gram drafting proposes chains")
+            }
+            (DraftMethod::Ngram, _) if self.draft_weights.is_some() => {
+                bail!("--draft-weights needs an EAGLE method; n-gram drafting has no weights")
             }
             (DraftMethod::Ngram, _) => SpeculativeMethod::Ngram(NgramDrafter::default()),
             _ => bail!("an EAGLE method needs a draft head (--draft DIR)"),

@@ -180,6 +180,7 @@ fn chains_and_trees_stay_lossless_with_the_policy_on() {
         let drafter = EagleDrafter {
             draft_model: head.path().to_path_buf(),
             tree,
+            weights: None,
         };
         engine_config.speculative =
             Some(SpeculativeConfig::new(SpeculativeMethod::Eagle(drafter), K));

@@ -6,7 +6,7 @@ use aquila_model_loader::checkpoint::{Checkpoint, ExportedTensor};
 use aquila_model_loader::config::{eagle1_config_json, Eagle1Config, LlamaConfig};
 use aquila_model_loader::model::{
     materialize, AttentionContext, DecoderLayer, DecoderLayerSpec, KvCache, LlamaModel, Rope,
-    SplitLinear, WeightLoader,
+    SplitLinear, WeightLoader, WeightStorage,
 };
 use burn::module::Module;
 use burn::tensor::backend::Backend;
@@ -50,6 +50,7 @@ impl<B: KernelBackend> Eagle1Head<B> {
         checkpoint: &Checkpoint,
         target: &LlamaConfig,
         device: &B::Device,
+        storage: WeightStorage,
     ) -> Result<Self, EagleError> {
         check_eagle1(config, target)?;
         let layer = &config.layer;
@@ -61,7 +62,7 @@ impl<B: KernelBackend> Eagle1Head<B> {
             &[target.vocab_size, target.hidden_size],
         )?;
 
-        let mut loader = WeightLoader::new(checkpoint, device);
+        let mut loader = WeightLoader::new(checkpoint, device).with_storage(storage);
         loader
             .reader()
             .skip_where(|name| name == EMBED_TOKENS || name.ends_with("rotary_emb.inv_freq"));

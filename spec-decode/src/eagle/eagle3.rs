@@ -8,7 +8,7 @@ use aquila_model_loader::config::{eagle3_config_json, Eagle3Config, LlamaConfig}
 use aquila_model_loader::model::{
     export_rms_norm, export_tensor, init_rms_norm, load_rms_norm, materialize, rms_norm, Attention,
     AttentionContext, AttentionSpec, FeatureTap, KvCache, LlamaModel, Mlp, MlpSpec, RmsNorm, Rope,
-    SplitLinear, WeightLoader,
+    SplitLinear, WeightLoader, WeightStorage,
 };
 use burn::module::{Module, Param};
 use burn::nn::Embedding;
@@ -72,6 +72,7 @@ impl<B: KernelBackend> Eagle3Head<B> {
         checkpoint: &Checkpoint,
         target: &LlamaConfig,
         device: &B::Device,
+        storage: WeightStorage,
     ) -> Result<Self, EagleError> {
         let feature_tap = check_eagle3(config, target)?;
         let layer = &config.layer;
@@ -88,7 +89,7 @@ impl<B: KernelBackend> Eagle3Head<B> {
         let own_lm_head =
             checkpoint.contains(LM_HEAD) || draft_vocab != vocab || hidden != target.hidden_size;
 
-        let mut loader = WeightLoader::new(checkpoint, device);
+        let mut loader = WeightLoader::new(checkpoint, device).with_storage(storage);
         loader
             .reader()
             .skip_where(|name| name.ends_with("rotary_emb.inv_freq"));

@@ -8,6 +8,7 @@ use aquila_model_loader::checkpoint::{Checkpoint, ExportedTensor, FloatType, Wri
 use aquila_model_loader::config::{EagleConfig, LlamaConfig};
 use aquila_model_loader::model::{
     AttentionContext, FeatureTap, ForwardBatch, KvCache, LlamaModel, ModelError, Rope,
+    WeightStorage,
 };
 use burn::module::Module;
 use burn::tensor::backend::Backend;
@@ -38,27 +39,41 @@ impl<B: KernelBackend> EagleHead<B> {
     }
 
     /// Loads the head in `dir` (`config.json` and `model.safetensors` or a sharded index) for a
-    /// target described by `target`. The config decides EAGLE-1 or EAGLE-3.
+    /// target described by `target`, with `f32` weights. The config decides EAGLE-1 or
+    /// EAGLE-3.
     pub fn load(dir: &Path, target: &LlamaConfig, device: &B::Device) -> Result<Self, EagleError> {
-        let config = EagleConfig::from_file(&dir.join(CONFIG_FILE_NAME))?;
-        let checkpoint = Checkpoint::open(dir)?;
-        Self::from_checkpoint(&config, &checkpoint, target, device)
+        Self::load_stored(dir, target, device, WeightStorage::default())
     }
 
-    /// Builds the head from an opened checkpoint (see [`Eagle1Head::load`] and
-    /// [`Eagle3Head::load`] for the checks).
+    /// [`EagleHead::load`] with the head's projections and lm_head stored as `storage` says
+    /// (packed Q8_0 or bfloat16 where the backend's kernels read them), as the engine stores
+    /// its target's.
+    pub fn load_stored(
+        dir: &Path,
+        target: &LlamaConfig,
+        device: &B::Device,
+        storage: WeightStorage,
+    ) -> Result<Self, EagleError> {
+        let config = EagleConfig::from_file(&dir.join(CONFIG_FILE_NAME))?;
+        let checkpoint = Checkpoint::open(dir)?;
+        Self::from_checkpoint(&config, &checkpoint, target, device, storage)
+    }
+
+    /// Builds the head from an opened checkpoint, its linear weights stored as `storage` says
+    /// (see [`Eagle1Head::load`] and [`Eagle3Head::load`] for the checks).
     pub fn from_checkpoint(
         config: &EagleConfig,
         checkpoint: &Checkpoint,
         target: &LlamaConfig,
         device: &B::Device,
+        storage: WeightStorage,
     ) -> Result<Self, EagleError> {
         Ok(match config {
             EagleConfig::Eagle1(config) => EagleHead::Eagle1(Box::new(Eagle1Head::load(
-                config, checkpoint, target, device,
+                config, checkpoint, target, device, storage,
             )?)),
             EagleConfig::Eagle3(config) => EagleHead::Eagle3(Box::new(Eagle3Head::load(
-                config, checkpoint, target, device,
+                config, checkpoint, target, device, storage,
             )?)),
         })
     }
