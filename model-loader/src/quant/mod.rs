@@ -113,15 +113,9 @@ impl PackedWeight {
             rows * cols,
             "pack: values are not [rows, cols]"
         );
-        match format {
-            WeightFormat::F32 => None,
-            WeightFormat::Q8_0 => {
-                Q8_0Matrix::quantize(values, rows, cols).map(|m| PackedWeight::Q8_0(Arc::new(m)))
-            }
-            WeightFormat::Bf16 => Some(PackedWeight::Bf16(Arc::new(Bf16Matrix::from_f32(
-                values, rows, cols,
-            )))),
-        }
+        Self::pack_rows(format, rows, cols, |range| {
+            values[range.start * cols..range.end * cols].to_vec()
+        })
     }
 
     /// A `[rows, cols]` matrix packed in `format` as [`PackedWeight::pack`] packs it, taking
@@ -254,7 +248,13 @@ mod tests {
                 values[range.start * cols..range.end * cols].to_vec()
             })
             .unwrap();
-            let whole = PackedWeight::pack(format, &values, rows, cols).unwrap();
+            // The whole-matrix constructors.
+            let whole = match format {
+                WeightFormat::Q8_0 => {
+                    PackedWeight::Q8_0(Arc::new(Q8_0Matrix::quantize(&values, rows, cols).unwrap()))
+                }
+                _ => PackedWeight::Bf16(Arc::new(Bf16Matrix::from_f32(&values, rows, cols))),
+            };
             assert_eq!(packed.dequantize(), whole.dequantize(), "{format}");
             assert_eq!(packed.bytes(), whole.bytes());
             assert!(reads.len() >= 3, "{format}: {reads:?}");
