@@ -184,6 +184,7 @@ impl Checkpoint {
             shard.release(&(released_from..end));
             released_from = (end / shard::PAGE * shard::PAGE).max(location.bytes.start);
         }
+        shard.release_with_neighbours(&location.bytes);
         Ok(values)
     }
 
@@ -227,12 +228,7 @@ impl Checkpoint {
         };
         let values = convert::to_f32(location.dtype, shard.range(&range))
             .ok_or_else(|| unsupported(shard, name, location, "a floating-point type"))?;
-        // Also the pages the range shares with its neighbours, and those before it that the
-        // kernel mapped again around the range's first page fault (it maps whole aligned
-        // windows of already cached pages): reading any of them again only reads the file.
-        let pages = range.start.saturating_sub(shard::FAULT_AROUND) / shard::PAGE * shard::PAGE
-            ..range.end.next_multiple_of(shard::PAGE);
-        shard.release(&pages);
+        shard.release_with_neighbours(&range);
         Ok(values)
     }
 

@@ -10,9 +10,10 @@ use std::path::{Path, PathBuf};
 /// Size of the pages [`Shard::release`] drops (whole pages inside a range only).
 pub(crate) const PAGE: usize = 4096;
 
-/// The window of cached file pages that Linux maps around a page fault (its default
-/// `fault_around_bytes`).
-pub(crate) const FAULT_AROUND: usize = 64 << 10;
+/// The aligned window of cached file pages that Linux may map on one page fault: the
+/// fault-around window (64 KiB by default) or, for a large folio of the page cache, the whole
+/// folio, which lies inside one PMD-sized block (2 MiB on x86-64 and arm64 with 4 KiB pages).
+pub(crate) const MAPPED_AROUND: usize = 2 << 20;
 
 /// Where one tensor lives in a shard.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,5 +113,15 @@ impl Shard {
         }
         #[cfg(not(unix))]
         let _ = bytes;
+    }
+
+    /// [`Shard::release`] of `bytes` widened to the [`MAPPED_AROUND`] blocks it touches: a
+    /// page fault inside `bytes` may map cached pages around it up to those bounds, which
+    /// would otherwise stay mapped (and resident) after the read. Dropping a neighbour's pages
+    /// early only makes its own read fault them in again from the page cache.
+    pub(crate) fn release_with_neighbours(&self, bytes: &Range<usize>) {
+        let start = bytes.start / MAPPED_AROUND * MAPPED_AROUND;
+        let end = bytes.end.saturating_add(MAPPED_AROUND - 1) / MAPPED_AROUND * MAPPED_AROUND;
+        self.release(&(start..end));
     }
 }

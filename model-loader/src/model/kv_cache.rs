@@ -18,8 +18,9 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Int, Tensor, TensorData};
 use std::ops::Range;
 
-/// Rows by which [`KvCache::append_with`] sizes its buffers.
-pub const KV_ROW_GRANULE: usize = 64;
+/// Rows by which [`KvCache::append_with`] sizes its buffers: one AVX-512 register of `f32`
+/// lanes, small enough that a short sequence holds little more than its own rows.
+pub const KV_ROW_GRANULE: usize = 16;
 
 /// Key and value tensors of one layer and slot.
 pub type KeysAndValues<B> = (Tensor<B, 3>, Tensor<B, 3>);

@@ -18,11 +18,20 @@ const GENERATION_CONFIG_JSON: &str = "generation_config.json";
 /// Parses the text of a `tokenizer.json`. JSON syntax is checked first, so a syntax error is
 /// reported as such; and a panic inside the `tokenizers` crate becomes an error, because some
 /// malformed decoder sections make it unwrap a failed parse (tokenizers 0.22).
+///
+/// The parse runs on a short-lived thread of its own, and the caller keeps a copy made on its
+/// own thread: parsing frees about as many small blocks (the document's strings) as it keeps
+/// (the vocabulary and merges), and left in the caller's heap those scattered holes would stay
+/// resident under everything allocated after them (the model's weights). A new thread
+/// allocates from a heap of its own (glibc gives it its own arena), which the parse's blocks
+/// then leave whole, where `malloc_trim` returns it to the system.
 fn parse_tokenizer_json(text: &str) -> Result<tokenizers::Tokenizer, String> {
     serde_json::from_str::<serde::de::IgnoredAny>(text).map_err(|e| e.to_string())?;
-    std::panic::catch_unwind(|| text.parse::<tokenizers::Tokenizer>())
-        .map_err(|_| "the tokenizers crate panicked while reading it".to_string())?
-        .map_err(|e| e.to_string())
+    let parsed =
+        std::thread::scope(|scope| scope.spawn(|| text.parse::<tokenizers::Tokenizer>()).join())
+            .map_err(|_| "the tokenizers crate panicked while reading it".to_string())?
+            .map_err(|e| e.to_string())?;
+    Ok(parsed.clone())
 }
 
 /// A model's tokenizer: `tokenizer.json` through the `tokenizers` crate, plus the chat template
