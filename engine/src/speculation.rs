@@ -156,8 +156,17 @@ impl<B: KernelBackend> Drafter<B> {
                     }),
                     None => EagleProposerConfig::greedy(k),
                 };
-                let proposer = EagleProposer::new(head, target, proposer_config, max_num_seqs)
-                    .map_err(|e| draft_error(e.to_string()))?;
+                // A head drafting through the target's lm_head runs it once per draft token:
+                // it gets its own copy in the head's format (a quarter of an f32 lm_head's
+                // bytes in Q8_0), where the target's is stored wider.
+                let draft_target = if head.uses_target_lm_head() {
+                    &target.with_lm_head_packed(weights)
+                } else {
+                    target
+                };
+                let proposer =
+                    EagleProposer::new(head, draft_target, proposer_config, max_num_seqs)
+                        .map_err(|e| draft_error(e.to_string()))?;
                 Ok(Self {
                     tap: proposer.feature_tap(),
                     proposer: Box::new(proposer),

@@ -90,6 +90,42 @@ impl<B: Backend> LinearBlock<B> {
         }
     }
 
+    /// The block with its weight packed in `format`, packed from its own values a few rows at
+    /// a time (a packed weight is widened row by row, never whole); `None` where it already
+    /// is in `format` or `format` does not pack rows this wide. The bias is shared.
+    fn packed_as(&self, format: WeightFormat) -> Option<Self> {
+        let (d_in, d_out) = self.dims();
+        if self.packed.as_ref().map(PackedWeight::format) == Some(format) {
+            return None;
+        }
+        let packed = PackedWeight::pack_rows(format, d_out, d_in, |rows| match &self.packed {
+            Some(packed) => {
+                let mut values = vec![0.0; rows.len() * d_in];
+                for (row, out) in rows.zip(values.chunks_exact_mut(d_in)) {
+                    packed.dequantize_row(row, out);
+                }
+                values
+            }
+            None => {
+                let weight = self
+                    .weight
+                    .as_ref()
+                    .expect("a block holds its weight in one form");
+                weight
+                    .val()
+                    .slice([rows, 0..d_in])
+                    .into_data()
+                    .into_vec::<f32>()
+                    .expect("an f32 weight")
+            }
+        })?;
+        Some(Self {
+            weight: None,
+            bias: self.bias.clone(),
+            packed: Some(packed),
+        })
+    }
+
     /// A block of a packed weight and `bias`.
     pub(crate) fn from_packed(
         packed: PackedWeight,
@@ -243,6 +279,19 @@ impl<B: Backend> SplitLinear<B> {
             .sum()
     }
 
+    /// The layer with its blocks held packed in `format` (for the CPU kernels; see
+    /// [`KernelBackend::PACKED_WEIGHTS`]), each packed from its own values a few rows at a
+    /// time; blocks already in `format`, or too narrow for it, are shared as they are.
+    pub fn packed_as(&self, format: WeightFormat) -> Self {
+        Self {
+            blocks: self
+                .blocks
+                .iter()
+                .map(|block| block.packed_as(format).unwrap_or_else(|| block.clone()))
+                .collect(),
+        }
+    }
+
     /// Number of blocks.
     pub fn num_blocks(&self) -> usize {
         self.blocks.len()
@@ -335,6 +384,76 @@ mod tests {
                 assert!((a - b).abs() < 1e-4, "{rows} rows: {a} vs {b}");
             }
         }
+    }
+
+    /// The blocks' packed weights, in block order.
+    fn packed_weights(layer: &SplitLinear<Flex>) -> Vec<Vec<f32>> {
+        layer
+            .blocks
+            .iter()
+            .map(|block| block.packed().expect("packed").dequantize())
+            .collect()
+    }
+
+    #[test]
+    fn packed_as_packs_each_block_from_its_values() {
+        // 64 wide, so that Q8_0 (32-value groups) packs every block.
+        let (d_in, widths) = (64, [3, 700, 2]);
+        let float = layer::<Flex>(d_in, &widths);
+        let q8 = float.packed_as(WeightFormat::Q8_0);
+        let floats: Vec<Vec<f32>> = float
+            .blocks
+            .iter()
+            .map(|block| {
+                block
+                    .float_weight(&Default::default())
+                    .into_data()
+                    .to_vec()
+                    .unwrap()
+            })
+            .collect();
+        let expected: Vec<Vec<f32>> = floats
+            .iter()
+            .zip(widths)
+            .map(|(values, out)| {
+                PackedWeight::pack(WeightFormat::Q8_0, values, out, d_in)
+                    .unwrap()
+                    .dequantize()
+            })
+            .collect();
+        assert_eq!(packed_weights(&q8), expected);
+        // Biases are kept: the packed layer computes what the float layer computes, to within
+        // the rounding of weights and of inputs (the decode kernel multiplies byte inputs); a
+        // lost bias (0.1 per output index) would be far outside.
+        for (a, b) in run(&float, 3, d_in).iter().zip(run(&q8, 3, d_in)) {
+            assert!((a - b).abs() < 0.1, "{a} vs {b}");
+        }
+        // From another packed format: packed from the widened values.
+        let bf16 = float.packed_as(WeightFormat::Bf16);
+        let expected: Vec<Vec<f32>> = packed_weights(&bf16)
+            .iter()
+            .zip(widths)
+            .map(|(values, out)| {
+                PackedWeight::pack(WeightFormat::Q8_0, values, out, d_in)
+                    .unwrap()
+                    .dequantize()
+            })
+            .collect();
+        assert_eq!(
+            packed_weights(&bf16.packed_as(WeightFormat::Q8_0)),
+            expected
+        );
+        // Already in the format, or a format that does not pack: the blocks as they are.
+        assert_eq!(
+            packed_weights(&q8.packed_as(WeightFormat::Q8_0)),
+            packed_weights(&q8)
+        );
+        let unchanged = float.packed_as(WeightFormat::F32);
+        assert!(unchanged
+            .blocks
+            .iter()
+            .all(|block| block.packed().is_none()));
+        assert_eq!(run(&unchanged, 2, d_in), run(&float, 2, d_in));
     }
 
     #[test]

@@ -269,6 +269,15 @@ impl<B: KernelBackend> EagleHead<B> {
         }
     }
 
+    /// Whether the head's logits come from the target's lm_head (EAGLE-1 always; EAGLE-3
+    /// without an lm_head of its own).
+    pub fn uses_target_lm_head(&self) -> bool {
+        match self {
+            EagleHead::Eagle1(_) => true,
+            EagleHead::Eagle3(head) => !head.has_own_lm_head(),
+        }
+    }
+
     /// Whether the head uses the target's embedding table or lm_head.
     fn borrows_target_weights(&self) -> bool {
         match self {
