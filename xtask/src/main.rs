@@ -5,6 +5,7 @@
 
 mod cargo;
 mod commands;
+mod dynamo;
 mod gpu_check;
 mod peer;
 
@@ -80,6 +81,16 @@ enum Command {
         #[arg(long)]
         dry_run: bool,
     },
+    /// An Aquila worker behind NVIDIA Dynamo's frontend and router (`examples/dynamo-worker`,
+    /// built on its own; see `cargo xtask dynamo-worker -- --help`).
+    DynamoWorker {
+        /// Arguments passed to the worker (`--model DIR`, speculative options, ...).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Dynamo's frontend in front of two Aquila workers on loopback: checks outputs, that both
+    /// serve, and that losing one mid-run loses no more than its requests in flight.
+    ScaleOutCheck,
     /// Train an EAGLE head for the default target by self-distillation (see
     /// `cargo xtask train-eagle -- --help`).
     TrainEagle {
@@ -101,5 +112,7 @@ fn main() -> anyhow::Result<()> {
         Command::Bench { which, args } => commands::bench(&which, &args),
         Command::TrainEagle { args } => commands::train_eagle(&args),
         Command::GpuCheck { dry_run } => gpu_check::gpu_check(dry_run),
+        Command::DynamoWorker { args } => dynamo::dynamo_worker(&args),
+        Command::ScaleOutCheck => dynamo::scale_out_check(),
     }
 }

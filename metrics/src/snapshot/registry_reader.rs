@@ -44,7 +44,7 @@ fn read_counters(family: &MetricFamily) -> Vec<Metric> {
     let mut series = Vec::with_capacity(family.get_metric().len());
     for metric in family.get_metric() {
         let labels = labels_of(metric);
-        let raw = metric.get_counter().get_value();
+        let raw = metric.get_counter().value();
         match counter_value(raw) {
             Some(value) => series.push((labels, value)),
             None => tracing::warn!(
@@ -63,7 +63,7 @@ fn read_gauges(family: &MetricFamily) -> impl Iterator<Item = Metric> + '_ {
         Metric::Gauge(Gauge {
             name: family.name().to_owned(),
             labels: labels_of(metric),
-            value: metric.get_gauge().get_value(),
+            value: metric.get_gauge().value(),
         })
     })
 }

@@ -214,12 +214,12 @@ impl Collector for ForeignCollector {
                 summary.set_sample_sum(3.0);
                 metric.set_summary(summary);
             }
-            // prometheus-rs marks untyped values as protobuf-specific, yet still encodes them.
+            // prometheus-rs marks untyped values as deprecated, yet still encodes them.
             #[allow(deprecated)]
             _ => {
                 let mut untyped = proto::Untyped::default();
                 untyped.set_value(1.0);
-                metric.set_untyped(untyped);
+                metric.untyped = Some(untyped).into();
             }
         }
         let mut family = MetricFamily::default();
