@@ -241,8 +241,20 @@ def main():
         print(f"round 2 (worker-b killed mid-round): {completed}/{len(results)} completed, "
               f"{len(results) - completed} failed cleanly", flush=True)
 
-        # Round 3: the worker left serves everything.
-        time.sleep(2.0)
+        # Round 3: the worker left serves everything, once the frontend has dropped the killed
+        # worker (its discovery entry expires; until then round-robin still picks it and such
+        # requests fail cleanly with 503): wait for four probes in a row to succeed.
+        deadline = time.time() + 120
+        in_a_row = 0
+        while in_a_row < 4 and time.time() < deadline:
+            try:
+                chat(client, model_name, PROMPTS[0])
+                in_a_row += 1
+            except openai.APIError:
+                in_a_row = 0
+                time.sleep(1.0)
+        print(f"frontend routes around the killed worker: {'yes' if in_a_row >= 4 else 'no'}",
+              flush=True)
         results = round_of_requests(client, model_name, PROMPTS)
         round3_ok = 0
         for prompt, result in zip(PROMPTS, results):
