@@ -1,6 +1,6 @@
 //! Self-distillation data for training a draft head: the built-in training prompts answered by
-//! the target with the engine (greedy, batched), then replayed through the target once to
-//! record its features, in resumable safetensors shards.
+//! the target with the engine (greedy, or several sampled answers per prompt; batched), then
+//! replayed through the target once to record its features, in resumable safetensors shards.
 
 use std::path::{Path, PathBuf};
 
@@ -16,8 +16,70 @@ use serde::{Deserialize, Serialize};
 
 use crate::train_prompts::{generate_training_prompts, TrainingPrompt};
 
+/// Which answers of the target a data set records.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Answers {
+    /// One greedy answer per prompt.
+    #[default]
+    Greedy,
+    /// `per_prompt` answers per prompt sampled at `temperature` (each with a seed of its own),
+    /// for every prompt except each `skip_every`-th (counted from the first, as the greedy
+    /// data's validation split holds them out), so that no held-out prompt is trained on.
+    Sampled {
+        /// Answers per prompt.
+        per_prompt: usize,
+        /// Softmax temperature of the sampling.
+        temperature: f32,
+        /// Prompts whose index is a multiple of this are skipped (0 skips none).
+        skip_every: usize,
+    },
+}
+
+impl Answers {
+    /// The sampling parameters of each answer to the prompt at `index` (none for a skipped
+    /// prompt).
+    fn params(&self, index: usize, seed: u64, max_tokens: usize) -> Vec<SamplingParams> {
+        match *self {
+            Answers::Greedy => vec![SamplingParams::greedy(max_tokens)],
+            Answers::Sampled { skip_every, .. } if skip_every > 0 && index % skip_every == 0 => {
+                Vec::new()
+            }
+            Answers::Sampled {
+                per_prompt,
+                temperature,
+                ..
+            } => (0..per_prompt)
+                .map(|sample| SamplingParams {
+                    temperature,
+                    max_tokens,
+                    seed: Some(answer_seed(seed, index, sample)),
+                    ..SamplingParams::default()
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The seed of sampled answer `sample` to the prompt at `index`: the same in every run and
+/// build with the same `seed`, so that a resumed run samples as the interrupted one did.
+fn answer_seed(seed: u64, index: usize, sample: usize) -> u64 {
+    [index as u64, sample as u64]
+        .into_iter()
+        .fold(mix(seed), |state, part| mix(state ^ part))
+}
+
+/// The SplitMix64 finalizer: a bijection of `u64` that spreads every input bit over the
+/// output.
+fn mix(value: u64) -> u64 {
+    let mut z = value.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
 /// How the data set is made; stored beside the shards so a resumed run cannot mix settings.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DistillSettings {
     /// Number of built-in training prompts.
     pub num_prompts: usize,
@@ -37,6 +99,9 @@ pub struct DistillSettings {
     /// a few tokens in a hundred chosen differently.
     #[serde(default)]
     pub response_weights: WeightFormat,
+    /// The answers recorded.
+    #[serde(default)]
+    pub answers: Answers,
 }
 
 /// Engine sizes used while generating responses.
@@ -65,6 +130,20 @@ pub fn build_distill_data(
 ) -> Result<Vec<FeatureShard>> {
     if settings.shard_size == 0 || settings.num_prompts == 0 {
         bail!("--prompts and the shard size must be positive");
+    }
+    if let Answers::Sampled {
+        per_prompt,
+        temperature,
+        skip_every,
+    } = settings.answers
+    {
+        if per_prompt == 0 || skip_every == 1 || !(temperature > 0.0 && temperature.is_finite()) {
+            bail!(
+                "sampled answers need a positive count and temperature, and must not skip \
+                 every prompt (got {per_prompt} answers at temperature {temperature}, \
+                 skipping every {skip_every})"
+            );
+        }
     }
     if settings.tap != tap_name(tap) {
         bail!(
@@ -111,7 +190,8 @@ pub fn build_distill_data(
                         })?);
                     }
                     let llm = llm.as_mut().expect("the engine was just created");
-                    let sequences = generate_responses(llm, chunk, settings.max_tokens)?;
+                    let first = index * settings.shard_size;
+                    let sequences = generate_responses(llm, chunk, first, settings)?;
                     write_responses(&responses, &sequences)?;
                     sequences
                 }
@@ -144,17 +224,33 @@ pub fn build_distill_data(
     Ok(shards)
 }
 
-/// The target's greedy responses to `prompts` (single-turn chats), with their prompts.
+/// The target's answers to `prompts` (single-turn chats; the first is the prompt at index
+/// `first`) as `settings.answers` asks for them, with their prompts, in prompt order.
 fn generate_responses(
     llm: &mut Llm,
     prompts: &[TrainingPrompt],
-    max_tokens: usize,
+    first: usize,
+    settings: &DistillSettings,
 ) -> Result<Vec<DistillSequence>> {
-    let batch: Vec<Prompt> = prompts
-        .iter()
-        .map(|p| Prompt::Chat(vec![ChatMessage::new("user", p.text.as_str())]))
-        .collect();
-    let outputs = llm.generate(batch, &SamplingParams::greedy(max_tokens))?;
+    let mut batch = Vec::new();
+    let mut params = Vec::new();
+    for (offset, prompt) in prompts.iter().enumerate() {
+        let answers =
+            settings
+                .answers
+                .params(first + offset, settings.prompt_seed, settings.max_tokens);
+        for answer in answers {
+            batch.push(Prompt::Chat(vec![ChatMessage::new(
+                "user",
+                prompt.text.as_str(),
+            )]));
+            params.push(answer);
+        }
+    }
+    if batch.is_empty() {
+        return Ok(Vec::new());
+    }
+    let outputs = llm.generate_with_params(batch, &params)?;
     Ok(outputs
         .iter()
         .map(|out| DistillSequence {
@@ -230,4 +326,62 @@ fn check_manifest(data_dir: &Path, settings: &DistillSettings) -> Result<()> {
     }
     std::fs::write(&path, serde_json::to_string_pretty(settings)?)
         .with_context(|| format!("writing {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLED: Answers = Answers::Sampled {
+        per_prompt: 3,
+        temperature: 0.8,
+        skip_every: 20,
+    };
+
+    #[test]
+    fn greedy_answers_are_one_per_prompt() {
+        for index in [0, 1, 20] {
+            assert_eq!(
+                Answers::Greedy.params(index, 0, 64),
+                vec![SamplingParams::greedy(64)]
+            );
+        }
+    }
+
+    #[test]
+    fn sampled_answers_skip_the_prompts_whose_greedy_answers_are_held_out() {
+        // The greedy data holds out every 20th sequence from the first, one per prompt.
+        for index in [0, 20, 40, 2680] {
+            assert!(SAMPLED.params(index, 0, 64).is_empty(), "prompt {index}");
+        }
+        for index in [1, 19, 21, 2681] {
+            let params = SAMPLED.params(index, 0, 64);
+            assert_eq!(params.len(), 3, "prompt {index}");
+            assert!(params
+                .iter()
+                .all(|p| p.temperature == 0.8 && p.max_tokens == 64));
+        }
+    }
+
+    #[test]
+    fn every_sampled_answer_has_a_seed_of_its_own() {
+        let mut seeds = std::collections::HashSet::new();
+        for index in 1..200 {
+            for params in SAMPLED.params(index, 0, 64) {
+                assert!(seeds.insert(params.seed.expect("sampled answers are seeded")));
+            }
+        }
+        // The same prompt, sample and run seed give the same seed (a resumed run repeats it);
+        // another run seed gives others.
+        assert_eq!(SAMPLED.params(5, 0, 64), SAMPLED.params(5, 0, 64));
+        assert_ne!(SAMPLED.params(5, 0, 64), SAMPLED.params(5, 1, 64));
+    }
+
+    #[test]
+    fn settings_written_before_sampled_answers_existed_read_as_greedy() {
+        let text = r#"{"num_prompts": 64, "prompt_seed": 0, "max_tokens": 128,
+            "shard_size": 64, "tap": "", "top_k": 0, "response_weights": "f32"}"#;
+        let settings: DistillSettings = serde_json::from_str(text).unwrap();
+        assert_eq!(settings.answers, Answers::Greedy);
+    }
 }

@@ -33,21 +33,40 @@ const FORMATS: [(&str, &str); 3] = [("f32", "F32"), ("q8_0", "Q8_0"), ("bf16", "
 /// K-quant formats imported and generated from (llama-quantize's type names).
 const IMPORTED: [&str; 2] = ["Q4_K_M", "Q6_K"];
 
-/// One engine's measurement of one format: best rates over the rounds and the peak resident
+/// One engine's measurements of one format: its rates in each round and the peak resident
 /// memory of its processes.
-#[derive(Default, Clone, Copy)]
+#[derive(Default, Clone)]
 struct Measured {
-    prefill: f64,
-    decode: f64,
+    prefill: Vec<f64>,
+    decode: Vec<f64>,
     peak_rss: u64,
 }
 
 impl Measured {
     fn add(&mut self, prefill: f64, decode: f64, peak_rss: u64) {
-        self.prefill = self.prefill.max(prefill);
-        self.decode = self.decode.max(decode);
+        self.prefill.push(prefill);
+        self.decode.push(decode);
         self.peak_rss = self.peak_rss.max(peak_rss);
     }
+}
+
+/// The median of `values` (the mean of the middle two for an even count).
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    match sorted.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    }
+}
+
+/// The median over the rounds of Aquila's rate over llama.cpp's in the same round: the two
+/// run back to back, so a drift of the machine's speed between rounds (often 10 to 20% here)
+/// moves both alike.
+fn paired_ratio(aquila: &[f64], llama: &[f64]) -> f64 {
+    let ratios: Vec<f64> = aquila.iter().zip(llama).map(|(a, l)| a / l).collect();
+    median(&ratios)
 }
 
 /// `cargo xtask bench peer [--rounds N]`.
@@ -94,8 +113,8 @@ pub fn bench_peer(args: &[String]) -> Result<()> {
         );
     }
 
-    let mut aquila = [Measured::default(); FORMATS.len()];
-    let mut llama = [Measured::default(); FORMATS.len()];
+    let mut aquila = vec![Measured::default(); FORMATS.len()];
+    let mut llama = vec![Measured::default(); FORMATS.len()];
     for round in 1..=rounds {
         for (i, (name, _)) in FORMATS.iter().enumerate() {
             eprintln!("xtask: round {round}/{rounds}, {name}: llama.cpp, then aquila");
@@ -111,7 +130,7 @@ pub fn bench_peer(args: &[String]) -> Result<()> {
 
 fn parse_rounds(args: &[String]) -> Result<usize> {
     match args {
-        [] => Ok(3),
+        [] => Ok(5),
         [flag, n] if flag == "--rounds" => match n.parse() {
             Ok(n) if n > 0 => Ok(n),
             _ => bail!("--rounds takes a positive number, got `{n}`"),
@@ -286,9 +305,10 @@ fn run_aquila(bin: &Path, root: &Path, format: &str) -> Result<(f64, f64, u64)> 
 fn print_table(aquila: &[Measured], llama: &[Measured], ggufs: &[PathBuf], rounds: usize) {
     const MB: f64 = 1e6;
     println!(
-        "aquila / llama.cpp, both on {THREADS} threads, measured alternately in this run (best \
-         of {rounds} rounds); prefill of {PREFILL_TOKENS} tokens, decode of {DECODE_TOKENS} \
-         tokens at batch 1; peak resident memory of each engine's process"
+        "aquila / llama.cpp, both on {THREADS} threads, measured alternately in this run \
+         (ratios: the median over {rounds} rounds of each round's ratio; rates: each engine's \
+         median); prefill of {PREFILL_TOKENS} tokens, decode of {DECODE_TOKENS} tokens at \
+         batch 1; peak resident memory of each engine's process"
     );
     println!(
         "{:<6} {:>12} {:>12} {:>26} {:>26} {:>12} {:>12} {:>10}",
@@ -302,18 +322,48 @@ fn print_table(aquila: &[Measured], llama: &[Measured], ggufs: &[PathBuf], round
         "GGUF"
     );
     for (i, (name, _)) in FORMATS.iter().enumerate() {
-        let (a, l) = (aquila[i], llama[i]);
+        let (a, l) = (&aquila[i], &llama[i]);
         let gguf = std::fs::metadata(&ggufs[i]).map_or(0, |m| m.len());
         println!(
             "{:<6} {:>11.2}x {:>11.2}x {:>26} {:>26} {:>9.0} MB {:>9.0} MB {:>7.0} MB",
             name,
-            a.prefill / l.prefill,
-            a.decode / l.decode,
-            format!("{:.1} / {:.1}", a.prefill, l.prefill),
-            format!("{:.1} / {:.1}", a.decode, l.decode),
+            paired_ratio(&a.prefill, &l.prefill),
+            paired_ratio(&a.decode, &l.decode),
+            format!("{:.1} / {:.1}", median(&a.prefill), median(&l.prefill)),
+            format!("{:.1} / {:.1}", median(&a.decode), median(&l.decode)),
             a.peak_rss as f64 / MB,
             l.peak_rss as f64 / MB,
             gguf as f64 / MB,
         );
+    }
+    for (i, (name, _)) in FORMATS.iter().enumerate() {
+        let rounds = |a: &[f64], l: &[f64]| {
+            let each: Vec<String> = a
+                .iter()
+                .zip(l)
+                .map(|(a, l)| format!("{:.2}x", a / l))
+                .collect();
+            each.join(" ")
+        };
+        println!(
+            "{name} rounds: prefill {}; decode {}",
+            rounds(&aquila[i].prefill, &llama[i].prefill),
+            rounds(&aquila[i].decode, &llama[i].decode)
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ratio_is_the_median_of_the_rounds_ratios() {
+        // The machine ran twice as fast in the second round: both engines moved alike, and
+        // the paired ratio sees 1.1x in every round.
+        let aquila = [11.0, 22.0, 11.0];
+        let llama = [10.0, 20.0, 10.0];
+        assert!((paired_ratio(&aquila, &llama) - 1.1).abs() < 1e-12);
+        assert_eq!(median(&[3.0, 1.0, 2.0, 10.0]), 2.5);
     }
 }

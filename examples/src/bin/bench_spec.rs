@@ -14,7 +14,7 @@
 //!
 //! ```text
 //! cargo xtask bench spec [-- --draft DIR --draft-eagle3 DIR --k 3 --num-prompts 8
-//!                         --max-tokens 64 --max-num-seqs 1 --in-flight 1,4,8,16 --rounds 3
+//!                         --max-tokens 64 --max-num-seqs 1 --in-flight 1,4,8,16 --rounds 5
 //!                         --drafters ngram,eagle1,eagle3]
 //! ```
 
@@ -75,8 +75,9 @@ struct Args {
     #[arg(long, value_delimiter = ',', default_value = "1,4,8,16")]
     in_flight: Vec<usize>,
     /// Timed rounds per configuration; the engines compared with each other run in turn
-    /// within a round, and every figure is the median over the rounds.
-    #[arg(long, default_value_t = 3)]
+    /// within a round, and every figure is the median over the rounds (a run lasts seconds,
+    /// and the machine's speed drifts by several percent between runs).
+    #[arg(long, default_value_t = 5)]
     rounds: usize,
     /// Drafters measured (EAGLE-3 only where a head is shipped or given).
     #[arg(long, value_delimiter = ',', default_value = "ngram,eagle1,eagle3")]

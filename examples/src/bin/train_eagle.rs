@@ -6,7 +6,9 @@
 //!     --corpus python-docs,chatterbot --corpus-tokens 250000
 //! ```
 //!
-//! 1. The built-in training prompts are answered by the target with the engine (greedy).
+//! 1. The built-in training prompts are answered by the target with the engine (greedy; with
+//!    `--sampled-answers N`, also N answers per training prompt sampled at
+//!    `--sample-temperature`, which only ever train).
 //! 2. With `--corpus`, text from package sources (the Python documentation from Debian, the
 //!    ChatterBot dialogue corpus from PyPI) becomes chat samples, tokenized through the chat
 //!    template; held-out documents are never recorded.
@@ -25,7 +27,7 @@ use aquila_examples::corpus::{
     build_corpus_data, chat_samples, source_named, split_by_document, CorpusSettings,
 };
 use aquila_examples::device::{check_device, default_device, parse_device};
-use aquila_examples::distill::{build_distill_data, DistillSettings, GenerationSizes};
+use aquila_examples::distill::{build_distill_data, Answers, DistillSettings, GenerationSizes};
 use aquila_examples::heads::{shipped_eagle3_head_dir, shipped_head_dir};
 use aquila_examples::paths::{default_model_dir, workspace_root};
 use aquila_examples::training::{
@@ -159,6 +161,13 @@ struct Args {
     /// Most response tokens of a corpus sample.
     #[arg(long, default_value_t = 384)]
     corpus_max_response: usize,
+    /// Answers per training prompt sampled besides the greedy one (training only: the
+    /// prompts whose greedy answers are held out get none); 0 by default.
+    #[arg(long, default_value_t = 0)]
+    sampled_answers: usize,
+    /// Softmax temperature of the sampled answers.
+    #[arg(long, default_value_t = 0.8)]
+    sample_temperature: f32,
 }
 
 fn main() -> Result<()> {
@@ -192,6 +201,7 @@ fn main() -> Result<()> {
         tap: aquila_spec_decode::train::tap_name(&tap),
         top_k: args.record_top_k,
         response_weights: args.response_weights,
+        answers: Answers::Greedy,
     };
     let sizes = GenerationSizes {
         max_num_seqs: args.max_num_seqs,
@@ -205,14 +215,37 @@ fn main() -> Result<()> {
         &settings,
         sizes,
     )?;
-    let corpus = corpus_shards(
+    let config = training_config(&args);
+    let mut training_only = Vec::new();
+    if args.sampled_answers > 0 {
+        let sampled = DistillSettings {
+            answers: Answers::Sampled {
+                per_prompt: args.sampled_answers,
+                temperature: args.sample_temperature,
+                skip_every: config.val_every,
+            },
+            ..settings
+        };
+        let shards = build_distill_data(
+            &target_dir,
+            &work_dir.join("responses-sampled"),
+            &work_dir.join(method.name()).join("sampled-data"),
+            &tap,
+            &sampled,
+            sizes,
+        )?;
+        let tokens: usize = shards.iter().map(FeatureShard::num_tokens).sum();
+        println!("sampled answers: {tokens} tokens");
+        training_only.extend(shards);
+    }
+    training_only.extend(corpus_shards(
         &args,
         &target_dir,
         &work_dir,
         &tap,
         sizes.record_batch_tokens,
-    )?;
-    let data = DistillData::with_training_only(distilled, corpus)?;
+    )?);
+    let data = DistillData::with_training_only(distilled, training_only)?;
     println!(
         "data: {} sequences, {} tokens ({} features)",
         data.sequences().len(),
@@ -220,7 +253,6 @@ fn main() -> Result<()> {
         data.tap()
     );
 
-    let config = training_config(&args);
     if method == HeadMethod::Eagle3 {
         print_vocab_coverage(&data, &config, target_config.vocab_size);
     }
