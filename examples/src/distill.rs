@@ -42,7 +42,9 @@ impl Answers {
     fn params(&self, index: usize, seed: u64, max_tokens: usize) -> Vec<SamplingParams> {
         match *self {
             Answers::Greedy => vec![SamplingParams::greedy(max_tokens)],
-            Answers::Sampled { skip_every, .. } if skip_every > 0 && index % skip_every == 0 => {
+            Answers::Sampled { skip_every, .. }
+                if skip_every > 0 && index.is_multiple_of(skip_every) =>
+            {
                 Vec::new()
             }
             Answers::Sampled {
