@@ -154,13 +154,13 @@ pub fn build_distill_data(
             tap_name(tap)
         );
     }
-    check_manifest(data_dir, settings)?;
+    crate::manifest::check_or_write(data_dir, MANIFEST, settings)?;
     let response_settings = DistillSettings {
         tap: String::new(),
         top_k: 0,
         ..settings.clone()
     };
-    check_manifest(responses_dir, &response_settings)?;
+    crate::manifest::check_or_write(responses_dir, MANIFEST, &response_settings)?;
     let prompts = generate_training_prompts(settings.num_prompts, settings.prompt_seed)?;
     let chunks: Vec<_> = prompts.chunks(settings.shard_size).collect();
     let missing: Vec<usize> = (0..chunks.len())
@@ -306,28 +306,6 @@ fn write_responses(path: &Path, sequences: &[DistillSequence]) -> Result<()> {
     std::fs::write(&partial, serde_json::to_string(&stored)?)
         .with_context(|| format!("writing {}", partial.display()))?;
     std::fs::rename(&partial, path).with_context(|| format!("writing {}", path.display()))
-}
-
-/// Writes the manifest of a new data directory, or checks an existing one's.
-fn check_manifest(data_dir: &Path, settings: &DistillSettings) -> Result<()> {
-    std::fs::create_dir_all(data_dir)
-        .with_context(|| format!("creating {}", data_dir.display()))?;
-    let path: PathBuf = data_dir.join(MANIFEST);
-    if path.exists() {
-        let text = std::fs::read_to_string(&path)?;
-        let existing: DistillSettings =
-            serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))?;
-        if &existing != settings {
-            bail!(
-                "{} was made with other settings ({existing:?}); use another --work-dir or \
-                 remove it",
-                data_dir.display()
-            );
-        }
-        return Ok(());
-    }
-    std::fs::write(&path, serde_json::to_string_pretty(settings)?)
-        .with_context(|| format!("writing {}", path.display()))
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
-//! The speculative-decoding command-line options of the `eagle` and `serve` examples (`serve`
-//! also takes `--method none`), and the one function that turns them into the engine's
-//! [`SpeculativeConfig`].
+//! The speculative-decoding command-line options of the `eagle` and `serve` examples and of
+//! the Dynamo worker (the servers also take `--method none`), and the one function that turns
+//! them into the engine's [`SpeculativeConfig`].
 
 use std::path::{Path, PathBuf};
 

@@ -32,13 +32,8 @@ pub async fn create_completion(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let mut log = RequestLog::new("/v1/completions");
-    match run(&state, body, &mut log).await {
-        Ok(response) => response,
-        Err(error) => {
-            log.failed(&error);
-            error.into_response()
-        }
-    }
+    let result = run(&state, body, &mut log).await;
+    log.respond(result)
 }
 
 async fn run(

@@ -3,6 +3,8 @@
 
 use std::time::Instant;
 
+use axum::response::{IntoResponse, Response};
+
 use super::error::ApiError;
 use crate::output::{RequestId, RequestOutput};
 
@@ -63,6 +65,15 @@ impl RequestLog {
             elapsed_ms = self.elapsed_ms(),
             "request finished"
         );
+    }
+
+    /// The response of a handler's `result`: the response itself, or the error's, after
+    /// writing the failed request's line.
+    pub fn respond(&mut self, result: Result<Response, ApiError>) -> Response {
+        result.unwrap_or_else(|error| {
+            self.failed(&error);
+            error.into_response()
+        })
     }
 
     /// Writes the line of a request answered with an error.

@@ -12,14 +12,12 @@
 mod engine;
 mod request;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use aquila_engine::server::{BackgroundServer, ServerConfig};
-use aquila_engine::{AsyncLlm, AsyncLlmConfig, EngineConfig, Llm, ShutdownMode};
-use aquila_examples::paths::default_model_dir;
-use aquila_examples::speculative_options::SpeculativeOptions;
+use aquila_engine::{AsyncLlm, EngineConfig, Llm, ShutdownMode};
+use aquila_examples::serving_options::ServingOptions;
 use clap::Parser;
 use dynamo_llm::local_model::runtime_config::ModelRuntimeConfig;
 use dynamo_llm::local_model::LocalModelBuilder;
@@ -35,12 +33,6 @@ use crate::engine::AquilaEngine;
 #[derive(Parser, Debug)]
 #[command(name = "aquila-dynamo-worker", about)]
 struct Args {
-    /// Target model directory (Hugging Face layout).
-    #[arg(long)]
-    model: Option<PathBuf>,
-    /// The model name clients pass in `model`; default: the model directory's name.
-    #[arg(long)]
-    served_model_name: Option<String>,
     /// Dynamo namespace of the endpoint.
     #[arg(long, default_value = "dynamo")]
     namespace: String,
@@ -68,54 +60,17 @@ struct Args {
     /// Port of this worker's `/metrics` (0 picks a free one).
     #[arg(long, default_value_t = 0)]
     metrics_port: u16,
-    /// Requests decoded together.
-    #[arg(long)]
-    max_num_seqs: Option<usize>,
-    /// Requests admitted at once (running and waiting); more are refused.
-    #[arg(long, default_value_t = AsyncLlmConfig::default().max_pending_requests)]
-    max_pending_requests: usize,
-    /// Longest sequence (prompt plus output) of a request; default: the model's.
-    #[arg(long)]
-    max_model_len: Option<usize>,
-    /// Engine seed (requests without a seed derive theirs from it).
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
-    /// Speculative decoding.
+    /// The model and its engine.
     #[command(flatten)]
-    speculative: SpeculativeOptions,
+    serving: ServingOptions,
 }
 
 impl Args {
-    fn model_dir(&self) -> PathBuf {
-        self.model.clone().unwrap_or_else(default_model_dir)
-    }
-
-    fn served_model_name(&self) -> String {
-        self.served_model_name.clone().unwrap_or_else(|| {
-            let dir = self.model_dir();
-            dir.file_name().map_or_else(
-                || dir.display().to_string(),
-                |name| name.to_string_lossy().into(),
-            )
-        })
-    }
-
+    /// The engine's configuration, its metrics labelled with the served model name and this
+    /// worker's `engine` label.
     fn engine_config(&self) -> Result<EngineConfig> {
-        let model = self.model_dir();
-        if !model.join("config.json").exists() {
-            bail!(
-                "no model at {}: run `cargo xtask import-model` first",
-                model.display()
-            );
-        }
-        let mut config = EngineConfig::new(model);
-        config.speculative = self.speculative.speculative_config()?;
-        config.seed = self.seed;
-        config.max_model_len = self.max_model_len;
-        if let Some(max_num_seqs) = self.max_num_seqs {
-            config.max_num_seqs = max_num_seqs;
-        }
-        config.metrics.model_name = Some(self.served_model_name());
+        let mut config = self.serving.engine_config()?;
+        config.metrics.model_name = Some(self.serving.served_model_name());
         config.metrics.engine_label = self
             .engine_label
             .clone()
@@ -132,16 +87,11 @@ async fn main() -> Result<()> {
     let engine_label = config.metrics.engine_label.clone();
     let max_num_seqs = config.max_num_seqs;
     let llm = Llm::new(config)?;
-    let llm = Arc::new(AsyncLlm::start(
-        llm,
-        AsyncLlmConfig {
-            max_pending_requests: args.max_pending_requests,
-        },
-    ));
+    let llm = Arc::new(AsyncLlm::start(llm, args.serving.async_config()));
     let metrics = BackgroundServer::start(
         llm.clone(),
         ServerConfig {
-            served_model_name: Some(args.served_model_name()),
+            served_model_name: Some(args.serving.served_model_name()),
             ..ServerConfig::default()
         },
         &format!("{}:{}", args.metrics_host, args.metrics_port),
@@ -166,8 +116,8 @@ async fn main() -> Result<()> {
     runtime_config.context_length = Some(llm.max_model_len() as u32);
     runtime_config.max_num_seqs = Some(max_num_seqs as u64);
     let mut model = LocalModelBuilder::default()
-        .model_path(args.model_dir())
-        .model_name(Some(args.served_model_name()))
+        .model_path(args.serving.model_dir())
+        .model_name(Some(args.serving.served_model_name()))
         .runtime_config(runtime_config)
         .build()
         .await
@@ -186,7 +136,7 @@ async fn main() -> Result<()> {
         .context("registering the model")?;
     println!(
         "aquila worker {engine_label} ready: model {}, endpoint {}.{}.{}, metrics {}/metrics",
-        args.served_model_name(),
+        args.serving.served_model_name(),
         args.namespace,
         args.component,
         args.endpoint,

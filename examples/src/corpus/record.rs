@@ -104,7 +104,7 @@ pub fn build_corpus_data(
     if settings.max_tokens == 0 || settings.shard_tokens == 0 || settings.sources.is_empty() {
         bail!("the corpus needs sources and positive token budgets");
     }
-    check_manifest(data_dir, settings)?;
+    crate::manifest::check_or_write(data_dir, MANIFEST, settings)?;
     let tokenizer = Tokenizer::from_dir(model_dir)
         .with_context(|| format!("loading the tokenizer of {}", model_dir.display()))?;
     let mut stats: BTreeMap<String, SourceStats> = BTreeMap::new();
@@ -209,27 +209,6 @@ fn plan_shards(
         bail!("the corpus sources gave no sample");
     }
     Ok(shards)
-}
-
-/// Writes the manifest of a new data directory, or checks an existing one's.
-fn check_manifest(data_dir: &Path, settings: &CorpusSettings) -> Result<()> {
-    std::fs::create_dir_all(data_dir)
-        .with_context(|| format!("creating {}", data_dir.display()))?;
-    let path = data_dir.join(MANIFEST);
-    if path.exists() {
-        let existing: CorpusSettings = serde_json::from_str(&std::fs::read_to_string(&path)?)
-            .with_context(|| format!("reading {}", path.display()))?;
-        if &existing != settings {
-            bail!(
-                "{} was made with other settings ({existing:?}); use another --work-dir or \
-                 remove it",
-                data_dir.display()
-            );
-        }
-        return Ok(());
-    }
-    std::fs::write(&path, serde_json::to_string_pretty(settings)?)
-        .with_context(|| format!("writing {}", path.display()))
 }
 
 #[cfg(test)]
