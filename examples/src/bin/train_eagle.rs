@@ -207,14 +207,18 @@ fn main() -> Result<()> {
         max_num_seqs: args.max_num_seqs,
         record_batch_tokens: 1024,
     };
-    let distilled = build_distill_data(
-        &target_dir,
-        &work_dir.join("responses"),
-        &work_dir.join(method.name()).join("data"),
-        &tap,
-        &settings,
-        sizes,
-    )?;
+    // The target's answers (in `responses_dir`) and their features (in `data_dir`).
+    let answers = |responses_dir: &str, data_dir: &str, settings: &DistillSettings| {
+        build_distill_data(
+            &target_dir,
+            &work_dir.join(responses_dir),
+            &work_dir.join(method.name()).join(data_dir),
+            &tap,
+            settings,
+            sizes,
+        )
+    };
+    let distilled = answers("responses", "data", &settings)?;
     let config = training_config(&args);
     let mut training_only = Vec::new();
     if args.sampled_answers > 0 {
@@ -226,14 +230,7 @@ fn main() -> Result<()> {
             },
             ..settings
         };
-        let shards = build_distill_data(
-            &target_dir,
-            &work_dir.join("responses-sampled"),
-            &work_dir.join(method.name()).join("sampled-data"),
-            &tap,
-            &sampled,
-            sizes,
-        )?;
+        let shards = answers("responses-sampled", "sampled-data", &sampled)?;
         let tokens: usize = shards.iter().map(FeatureShard::num_tokens).sum();
         println!("sampled answers: {tokens} tokens");
         training_only.extend(shards);
