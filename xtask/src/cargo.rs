@@ -37,6 +37,16 @@ pub fn cargo_with_env(args: &[&str], env: &[(&str, &str)]) -> Result<()> {
     Ok(())
 }
 
+/// Builds `aquila-examples`' binaries `bins` in the release profile (Cargo's progress stays
+/// visible); they land in `target/release/`.
+pub fn build_release_examples(bins: &[&str]) -> Result<()> {
+    let mut args = vec!["build", "--release", "-p", "aquila-examples"];
+    for bin in bins {
+        args.extend(["--bin", bin]);
+    }
+    cargo(&args)
+}
+
 /// How an example binary is built.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Profile {

@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::cargo::{cargo, workspace_root};
+use crate::cargo::{build_release_examples, workspace_root};
 use crate::commands::ensure_default_model;
 
 /// The worker crate's directory, relative to the workspace root.
@@ -57,14 +57,7 @@ pub fn scale_out_check() -> Result<()> {
     ensure_default_model()?;
     let root = workspace_root();
     let worker = build_worker()?;
-    cargo(&[
-        "build",
-        "--release",
-        "-p",
-        "aquila-examples",
-        "--bin",
-        "generate",
-    ])?;
+    build_release_examples(&["generate"])?;
     let python = frontend_environment(&root)?;
     let status = Command::new(&python)
         .arg(root.join("xtask/scale_out_check.py"))

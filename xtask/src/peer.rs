@@ -8,7 +8,7 @@
 //! batch 1, each in a process of its own whose peak resident memory the kernel reports.
 //! The K-quant files llama.cpp users run (Q4_K_M, Q6_K) are imported and generated from too.
 
-use crate::cargo::{cargo, workspace_root};
+use crate::cargo::{build_release_examples, workspace_root};
 use crate::commands::{ensure_default_model, DEFAULT_MODEL_DIR};
 use anyhow::{bail, Context, Result};
 use std::io::Read;
@@ -76,18 +76,7 @@ pub fn bench_peer(args: &[String]) -> Result<()> {
     let root = workspace_root();
     let cache = root.join("target/peer");
     let tools = build_llama_cpp(&root, &cache)?;
-    cargo(&[
-        "build",
-        "--release",
-        "-p",
-        "aquila-examples",
-        "--bin",
-        "bench",
-        "--bin",
-        "import-model",
-        "--bin",
-        "generate",
-    ])?;
+    build_release_examples(&["bench", "import-model", "generate"])?;
     let bin = root.join("target/release");
     let source = root.join(SOURCE_GGUF);
     if !source.is_file() {
