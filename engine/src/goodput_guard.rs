@@ -9,7 +9,8 @@
 //! workloads change).
 //! Between explorations the verdict holds. An exploration measures the slower mode afresh for
 //! a few steps and compares again; each that confirms the verdict doubles the wait for the next
-//! one, so a clear verdict costs little to keep checking.
+//! one, and one that confirms it by a wide margin after half its steps ends there and
+//! quadruples the wait, so a clear verdict costs little to keep checking.
 //!
 //! Single steps are noisy (a drafting step emits 1 to k + 1 tokens, and the machine's speed
 //! drifts), so a verdict changes only on a clear difference: more than the standard error of
@@ -39,15 +40,29 @@ const SMOOTHING: f64 = 0.1;
 const MIN_STEPS: u32 = 8;
 
 /// Steps before the first exploration of the mode measured slower; each exploration that
-/// confirms the verdict doubles it, up to [`MAX_EXPLORE_INTERVAL`].
+/// confirms the verdict doubles it (see [`EARLY`]), up to [`MAX_EXPLORE_INTERVAL`].
 const EXPLORE_EVERY: u64 = 16;
 
 /// Most steps between two explorations.
 const MAX_EXPLORE_INTERVAL: u64 = 256;
 
-/// How many standard errors of the difference one mode must measure faster than the other to
-/// overturn a verdict (or, at the first judgement, for plain decoding to win).
-const CLEAR_BY_STANDARD_ERRORS: f64 = 1.0;
+/// The evidence a verdict needs: [`MIN_STEPS`] steps of each mode and a difference of more
+/// than one standard error (to overturn a verdict, or at the first judgement for plain
+/// decoding to win). An exploration that confirms a verdict so doubles the wait for the next.
+const FULL: Evidence = Evidence {
+    min_steps: MIN_STEPS,
+    standard_errors: 1.0,
+    interval_growth: 2,
+};
+
+/// The evidence that ends an exploration after half its steps: a difference of more than
+/// three standard errors (the explored mode's steps judged no less variable than they were
+/// before) in favour of the verdict, which then holds four times as long as before.
+const EARLY: Evidence = Evidence {
+    min_steps: MIN_STEPS / 2,
+    standard_errors: 3.0,
+    interval_growth: 4,
+};
 
 /// Most steps an exploration measures while its difference is within the margin.
 const MAX_EXPLORATION_STEPS: u32 = 32;
@@ -81,6 +96,10 @@ struct Rate {
     step_rate: f64,
     step_rate_variance: f64,
     steps: u32,
+    /// The variance of single steps measured before the rate started over, a floor for the
+    /// variance of its first few new steps (four steps that happen to emit alike say little
+    /// about how much steps vary).
+    earlier_variance: f64,
 }
 
 impl Rate {
@@ -101,12 +120,31 @@ impl Rate {
     /// the number of steps the smoothing averages (about `2 / SMOOTHING`), less one.
     fn variance_of_mean(&self) -> f64 {
         let averaged = f64::from(self.steps).min((2.0 - SMOOTHING) / SMOOTHING);
-        self.step_rate_variance / (averaged - 1.0).max(1.0)
+        let variance = if self.steps < MIN_STEPS {
+            self.step_rate_variance.max(self.earlier_variance)
+        } else {
+            self.step_rate_variance
+        };
+        variance / (averaged - 1.0).max(1.0)
     }
 
-    /// Tokens per second, once measured often enough.
-    fn per_second(&self) -> Option<f64> {
-        (self.steps >= MIN_STEPS && self.seconds > 0.0).then(|| self.tokens / self.seconds)
+    /// Starts measuring afresh, keeping the variance of single steps measured so far as the
+    /// floor of the first new steps'.
+    fn restart(&mut self) {
+        let earlier_variance = if self.steps >= MIN_STEPS {
+            self.step_rate_variance
+        } else {
+            self.earlier_variance
+        };
+        *self = Rate {
+            earlier_variance,
+            ..Rate::default()
+        };
+    }
+
+    /// Tokens per second, once measured in at least `min_steps` steps.
+    fn per_second(&self, min_steps: u32) -> Option<f64> {
+        (self.steps >= min_steps && self.seconds > 0.0).then(|| self.tokens / self.seconds)
     }
 }
 
@@ -138,7 +176,7 @@ impl BatchRates {
             self.settle(verdict, EXPLORE_EVERY);
         }
         let Some(verdict) = self.verdict else {
-            if let Some(judgement) = judge(&self.drafting, &self.plain) {
+            if let Some(judgement) = self.judge(FULL) {
                 self.settle(judgement.verdict, EXPLORE_EVERY);
                 return judgement.verdict;
             }
@@ -152,7 +190,14 @@ impl BatchRates {
         let explored = verdict.other();
         if self.exploring {
             let explored_steps = self.rate_mut(explored).steps;
-            return match judge(&self.drafting, &self.plain) {
+            if self
+                .judge(EARLY)
+                .is_some_and(|early| early.clear && early.faster == verdict)
+            {
+                self.confirm(verdict, EARLY, explored_steps);
+                return verdict;
+            }
+            return match self.judge(FULL) {
                 // An explored mode that measures faster within the margin is measured longer
                 // before the verdict stands.
                 Some(judgement)
@@ -162,30 +207,18 @@ impl BatchRates {
                 {
                     explored
                 }
-                Some(judgement) => {
-                    // Only a clear difference overturns a verdict.
-                    let faster = if judgement.clear {
-                        judgement.faster
-                    } else {
-                        verdict
-                    };
-                    let interval = if verdict == faster {
-                        (self.interval * 2).min(MAX_EXPLORE_INTERVAL)
-                    } else {
-                        EXPLORE_EVERY
-                    };
+                // Only a clear difference overturns a verdict.
+                Some(judgement) if judgement.clear && judgement.faster != verdict => {
                     self.exploring = false;
-                    self.settle(faster, interval);
-                    tracing::trace!(
-                        drafting_tokens_per_s = self.drafting.per_second(),
-                        plain_tokens_per_s = self.plain.per_second(),
-                        explored_steps,
-                        verdict = ?faster,
-                        "goodput guard explored"
-                    );
-                    faster
+                    self.settle(explored, EXPLORE_EVERY);
+                    self.trace_exploration(explored_steps);
+                    explored
                 }
-                _ if self.rate_mut(explored).per_second().is_none() => explored,
+                Some(_) => {
+                    self.confirm(verdict, FULL, explored_steps);
+                    verdict
+                }
+                _ if self.rate_mut(explored).per_second(MIN_STEPS).is_none() => explored,
                 // A verdict taken over from another batch size, not yet measured here.
                 _ => verdict,
             };
@@ -194,8 +227,32 @@ impl BatchRates {
             return verdict;
         }
         self.exploring = true;
-        *self.rate_mut(explored) = Rate::default();
+        self.rate_mut(explored).restart();
         explored
+    }
+
+    /// Ends an exploration that confirmed `verdict` with `evidence`: the wait for the next one
+    /// grows by its factor.
+    fn confirm(&mut self, verdict: Allowance, evidence: Evidence, explored_steps: u32) {
+        self.exploring = false;
+        let interval = self.interval * evidence.interval_growth;
+        self.settle(verdict, interval.min(MAX_EXPLORE_INTERVAL));
+        self.trace_exploration(explored_steps);
+    }
+
+    fn trace_exploration(&self, explored_steps: u32) {
+        tracing::trace!(
+            drafting_tokens_per_s = self.drafting.per_second(1),
+            plain_tokens_per_s = self.plain.per_second(1),
+            explored_steps,
+            verdict = ?self.verdict,
+            "goodput guard explored"
+        );
+    }
+
+    /// What the two modes' rates say with `evidence`.
+    fn judge(&self, evidence: Evidence) -> Option<Judgement> {
+        judge(&self.drafting, &self.plain, evidence)
     }
 
     /// Makes `verdict` hold for the next `interval` steps.
@@ -287,12 +344,23 @@ struct Judgement {
     clear: bool,
 }
 
-/// Judges the two modes once both are measured: the margin is [`CLEAR_BY_STANDARD_ERRORS`]
-/// standard errors of the difference of their rates.
-fn judge(drafting: &Rate, plain: &Rate) -> Option<Judgement> {
-    let difference = drafting.per_second()? - plain.per_second()?;
+/// How much measurement a comparison of the two modes needs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Evidence {
+    /// Steps of each mode.
+    min_steps: u32,
+    /// The margin of a clear difference, in standard errors of the difference of the rates.
+    standard_errors: f64,
+    /// How much longer a verdict this evidence confirms holds than it did.
+    interval_growth: u64,
+}
+
+/// Judges the two modes once both are measured in `evidence.min_steps` steps.
+fn judge(drafting: &Rate, plain: &Rate, evidence: Evidence) -> Option<Judgement> {
+    let difference =
+        drafting.per_second(evidence.min_steps)? - plain.per_second(evidence.min_steps)?;
     let margin =
-        CLEAR_BY_STANDARD_ERRORS * (drafting.variance_of_mean() + plain.variance_of_mean()).sqrt();
+        evidence.standard_errors * (drafting.variance_of_mean() + plain.variance_of_mean()).sqrt();
     let verdict = if difference < -margin {
         Allowance::Plain
     } else {
@@ -381,9 +449,10 @@ mod tests {
         call_seconds: 0.005,
     };
 
-    /// Steps of the slower mode in 320 steps after the first verdict: explorations of
-    /// `MIN_STEPS` steps after 16, 32, 64 and 128 more steps.
-    const EXPLORED: usize = 4 * MIN_STEPS as usize;
+    /// Steps of the slower mode in 320 steps after the first verdict on a noiseless machine:
+    /// explorations that end early, after `EARLY.min_steps` steps, 16 and 64 steps after the
+    /// verdict and the first exploration (the next is due 256 steps later).
+    const EXPLORED: usize = 2 * EARLY.min_steps as usize;
 
     /// Steps the two modes take turns at a new batch size.
     const TURNS: usize = 2 * MIN_STEPS as usize;
@@ -437,7 +506,9 @@ mod tests {
             rate.observe(tokens, 0.1);
         }
         // The mean of 3.625 tokens per 0.1 s, not mostly the unlucky first step.
-        let per_second = rate.per_second().expect("measured after MIN_STEPS steps");
+        let per_second = rate
+            .per_second(MIN_STEPS)
+            .expect("measured after MIN_STEPS steps");
         assert!((per_second - 36.25).abs() < 1e-9, "{per_second}");
         // Later steps are smoothed: after enough of them, one step moves the rate by the
         // smoothing weight only.
@@ -446,7 +517,7 @@ mod tests {
         }
         rate.observe(0.0, 0.1);
         let expected = 4.0 * (1.0 - SMOOTHING) / 0.1;
-        assert!((rate.per_second().unwrap() - expected).abs() < 0.5);
+        assert!((rate.per_second(MIN_STEPS).unwrap() - expected).abs() < 0.5);
     }
 
     /// A drafting step's tokens as one request with a modest head emits them: 1 to 4, 1.5 on
