@@ -1,6 +1,8 @@
 //! The engine's online model of what a step costs: the target forward by number of rows, the
 //! drafting call by draft depth and draft tokens, and the rest of the step, from the engine's
-//! own timings. Forward costs are smoothed averages per row count; unmeasured points are
+//! own timings. Forward costs are medians of the recent timings per row count (a step that the
+//! operating system preempted takes twice as long, and an average would carry that into the
+//! cost of a row, which decides how much to draft); unmeasured points are
 //! interpolated between measured ones; beyond the largest measured forward the cost grows in
 //! proportion to the rows (compute-bound), below the smallest it stays flat (memory-bound).
 //! Drafting costs are a least-squares fit over the recent drafting calls: each draft step (a
@@ -30,13 +32,43 @@ impl Smoothed {
 /// Drafting calls the draft-cost fit keeps.
 const DRAFT_WINDOW: usize = 64;
 
-/// A measured size and its smoothed seconds.
+/// A measured size and its estimated seconds.
 type Point = (usize, f64);
 
-/// Smoothed seconds by an integer size (rows or draft depth).
+/// Timings per forward size whose median is its cost: about the last two seconds of decoding,
+/// and more than twice as many as the outliers of a busy machine's usual burst.
+const FORWARD_WINDOW: usize = 9;
+
+/// The median of the latest [`FORWARD_WINDOW`] timings.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct RecentMedian {
+    recent: VecDeque<f64>,
+}
+
+impl RecentMedian {
+    fn observe(&mut self, seconds: f64) {
+        if self.recent.len() == FORWARD_WINDOW {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(seconds);
+    }
+
+    fn median(&self) -> f64 {
+        let mut sorted: Vec<f64> = self.recent.iter().copied().collect();
+        sorted.sort_by(f64::total_cmp);
+        let middle = sorted.len() / 2;
+        match sorted.len() {
+            0 => 0.0,
+            len if len % 2 == 1 => sorted[middle],
+            _ => (sorted[middle - 1] + sorted[middle]) / 2.0,
+        }
+    }
+}
+
+/// Recent seconds by an integer size (rows).
 #[derive(Clone, Debug, Default, PartialEq)]
 struct CostCurve {
-    by_size: BTreeMap<usize, Smoothed>,
+    by_size: BTreeMap<usize, RecentMedian>,
 }
 
 impl CostCurve {
@@ -44,17 +76,14 @@ impl CostCurve {
         if !seconds.is_finite() || seconds < 0.0 {
             return;
         }
-        self.by_size
-            .entry(size)
-            .and_modify(|cost| cost.update(seconds))
-            .or_insert(Smoothed(seconds));
+        self.by_size.entry(size).or_default().observe(seconds);
     }
 
     /// The measured neighbours of `size`: the nearest at or below, and the nearest above.
     fn neighbours(&self, size: usize) -> (Option<Point>, Option<Point>) {
         let below = self.by_size.range(..=size).next_back();
         let above = self.by_size.range(size + 1..).next();
-        let point = |(&s, c): (&usize, &Smoothed)| (s, c.0);
+        let point = |(&s, c): (&usize, &RecentMedian)| (s, c.median());
         (below.map(point), above.map(point))
     }
 
@@ -193,7 +222,7 @@ impl StepCosts {
             self.forward
                 .estimate(rows, |s0, c0| c0 * rows as f64 / s0.max(1) as f64)
         };
-        let cheapest = self.forward.by_size.values().next()?.0;
+        let cheapest = self.forward.by_size.values().next()?.median();
         let min_step = MIN_ROW_COST * cheapest;
         let mut curve = Vec::with_capacity(extra_rows + 1);
         let mut previous = f64::NEG_INFINITY;
@@ -254,12 +283,18 @@ mod tests {
     }
 
     #[test]
-    fn timings_are_smoothed() {
+    fn forward_costs_ignore_outliers_and_follow_lasting_changes() {
         let mut costs = StepCosts::default();
-        forward(&mut costs, 1, 10);
-        forward(&mut costs, 1, 60); // one outlier
-        let cost = costs.forward_curve(1, 0).unwrap()[0];
-        assert!((cost - 0.020).abs() < 1e-9, "{cost}");
+        let cost = |costs: &StepCosts| costs.forward_curve(1, 0).unwrap()[0];
+        for ms in [10, 10, 60, 10, 55, 10] {
+            forward(&mut costs, 1, ms); // two preempted steps
+        }
+        assert!((cost(&costs) - 0.010).abs() < 1e-9, "{}", cost(&costs));
+        // The machine slows down for good: the estimate follows within a few steps.
+        for _ in 0..5 {
+            forward(&mut costs, 1, 20);
+        }
+        assert!((cost(&costs) - 0.020).abs() < 1e-9, "{}", cost(&costs));
     }
 
     fn draft_call(costs: &mut StepCosts, depth: usize, tokens: usize, ms: f64) {
