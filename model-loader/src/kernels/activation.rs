@@ -22,7 +22,7 @@ pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
     silu_mul_with(gate, up, true);
 }
 
-/// [`silu_mul`], allowed (`simd`) or not to take the AVX-512 path.
+/// [`silu_mul`], allowed (`simd`) or not to take a vector path.
 fn silu_mul_with(gate: &mut [f32], up: &[f32], simd: bool) {
     assert_eq!(
         gate.len(),
@@ -40,12 +40,18 @@ fn silu_mul_with(gate: &mut [f32], up: &[f32], simd: bool) {
     }
 }
 
-/// One thread's share: the AVX-512 path when allowed and available, else the scalar one.
+/// One thread's share: the widest vector path allowed and available, else the scalar one.
 fn silu_mul_serial(gate: &mut [f32], up: &[f32], simd: bool) {
     #[cfg(target_arch = "x86_64")]
     if simd && super::has_avx512() {
         // SAFETY: AVX-512F is available (checked just above).
         unsafe { silu_mul_avx512(gate, up) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if simd && super::has_avx2() {
+        // SAFETY: AVX2 and FMA are available (checked just above).
+        unsafe { silu_mul_avx2(gate, up) };
         return;
     }
     let _ = simd;
@@ -91,6 +97,30 @@ unsafe fn silu_mul_avx512(gate: &mut [f32], up: &[f32]) {
         }
         i += 16;
     }
+}
+
+/// AVX2 path, 8 elements per step; the tail takes the scalar path.
+///
+/// # Safety
+///
+/// The CPU must support AVX2 and FMA; `gate` and `up` must have the same length.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn silu_mul_avx2(gate: &mut [f32], up: &[f32]) {
+    assert_eq!(gate.len(), up.len());
+    let full = gate.len() - gate.len() % 8;
+    let one = _mm256_set1_ps(1.0);
+    for i in (0..full).step_by(8) {
+        // SAFETY: i + 8 <= full <= the length of both slices.
+        unsafe {
+            let g = _mm256_loadu_ps(gate.as_ptr().add(i));
+            let u = _mm256_loadu_ps(up.as_ptr().add(i));
+            let e = super::exp::exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), g));
+            let y = _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), u);
+            _mm256_storeu_ps(gate.as_mut_ptr().add(i), y);
+        }
+    }
+    silu_mul_scalar(&mut gate[full..], &up[full..]);
 }
 
 #[cfg(test)]

@@ -25,6 +25,13 @@ pub(super) fn dot_tile(
         dispatch_tile!(width, height, avx512::dot_tile(w, col0, x, row0, dots));
         return;
     }
+    #[cfg(target_arch = "x86_64")]
+    if super::has_avx2() {
+        let xs = &x[row0 * d_in..(row0 + height) * d_in];
+        let rows = super::avx2::TileRows::Bf16(w, col0);
+        super::gemv::avx2_dot_tile(rows, width, xs, height, d_in, dots);
+        return;
+    }
     for (r, dots) in dots.iter_mut().enumerate().take(height) {
         let xr = &x[(row0 + r) * d_in..(row0 + r + 1) * d_in];
         for (c, dot) in dots.iter_mut().enumerate().take(width) {

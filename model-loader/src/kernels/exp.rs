@@ -1,4 +1,4 @@
-//! Vectorized `exp` for 16 f32 lanes, and its scalar twin for the fallback paths.
+//! Vectorized `exp` for 16 and 8 f32 lanes, and its scalar twin for the fallback paths.
 //!
 //! The vector version reduces `x = n ln2 + r` with `n = round(x / ln2)` and `|r| <= ln2 / 2`
 //! (two-constant Cody-Waite reduction, so `r` is accurate to a few ulps of `r` even for
@@ -33,6 +33,19 @@ const LN2_HI: f32 = 0.693_359_4;
 #[cfg(target_arch = "x86_64")]
 const LN2_LO: f32 = -2.121_944_4e-4;
 
+/// Coefficients of the degree-7 Taylor polynomial of `exp(r)`, highest degree first.
+#[cfg(target_arch = "x86_64")]
+const TAYLOR: [f32; 8] = [
+    1.0 / 5040.0,
+    1.0 / 720.0,
+    1.0 / 120.0,
+    1.0 / 24.0,
+    1.0 / 6.0,
+    0.5,
+    1.0,
+    1.0,
+];
+
 /// `exp` of each of the 16 lanes of `x` (relative error below `2e-7` against `f32::exp`).
 ///
 /// Inputs are clamped to [`EXP_INPUT_MIN`, `EXP_INPUT_MAX`]; NaN lanes stay NaN.
@@ -55,21 +68,37 @@ pub unsafe fn exp_avx512(x: __m512) -> __m512 {
     let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HI), x);
     let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_LO), r);
     // exp(r) = sum r^k / k!, k = 0..=7 (truncation error below 6e-9 for |r| <= ln2 / 2).
-    let mut p = _mm512_set1_ps(1.0 / 5040.0);
-    for coefficient in [
-        1.0 / 720.0,
-        1.0 / 120.0,
-        1.0 / 24.0,
-        1.0 / 6.0,
-        0.5,
-        1.0,
-        1.0,
-    ] {
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(coefficient));
+    let mut p = _mm512_set1_ps(TAYLOR[0]);
+    for coefficient in &TAYLOR[1..] {
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(*coefficient));
     }
     // p * 2^n: p is in [0.7, 1.42], so adding n to its exponent stays in the normal range.
     let bits = _mm512_add_epi32(_mm512_castps_si512(p), _mm512_slli_epi32::<23>(n_int));
     _mm512_castsi512_ps(bits)
+}
+
+/// `exp` of each of the 8 lanes of `x`: [`exp_avx512`]'s reduction and polynomial at half the
+/// width, with the same clamping and accuracy.
+///
+/// # Safety
+///
+/// The CPU must support AVX2 and FMA (see [`super::has_avx2`]).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+pub unsafe fn exp_avx2(x: __m256) -> __m256 {
+    let x = _mm256_max_ps(_mm256_set1_ps(EXP_INPUT_MIN), x);
+    let x = _mm256_min_ps(_mm256_set1_ps(EXP_INPUT_MAX), x);
+    let n_int = _mm256_cvtps_epi32(_mm256_mul_ps(x, _mm256_set1_ps(LOG2_E)));
+    let n = _mm256_cvtepi32_ps(n_int);
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_HI), x);
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_LO), r);
+    let mut p = _mm256_set1_ps(TAYLOR[0]);
+    for coefficient in &TAYLOR[1..] {
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(*coefficient));
+    }
+    let bits = _mm256_add_epi32(_mm256_castps_si256(p), _mm256_slli_epi32::<23>(n_int));
+    _mm256_castsi256_ps(bits)
 }
 
 #[cfg(test)]
@@ -87,6 +116,49 @@ mod tests {
         assert!(exp_scalar(EXP_INPUT_MAX).is_finite());
         assert!(exp_scalar(EXP_INPUT_MIN).is_normal());
         assert!(exp_scalar(f32::NAN).is_nan());
+    }
+
+    /// `exp_avx2` of each value, 8 at a time.
+    #[cfg(target_arch = "x86_64")]
+    fn exp_avx2_values(xs: &[f32]) -> Vec<f32> {
+        assert!(super::super::has_avx2());
+        xs.chunks(8)
+            .flat_map(|input| {
+                let mut lanes = [0.0_f32; 8];
+                lanes[..input.len()].copy_from_slice(input);
+                let mut result = [0.0_f32; 8];
+                // SAFETY: AVX2 and FMA were checked above; the loads and stores cover exactly
+                // the 8 elements of `lanes` and `result`.
+                unsafe {
+                    _mm256_storeu_ps(
+                        result.as_mut_ptr(),
+                        exp_avx2(_mm256_loadu_ps(lanes.as_ptr())),
+                    )
+                };
+                result.into_iter().take(input.len())
+            })
+            .collect()
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn eight_lanes_agree_with_std_and_clamp() {
+        if !super::super::has_avx2() {
+            return;
+        }
+        let mut xs: Vec<f32> = (0..20_001)
+            .map(|i| -80.0 + 160.0 * i as f32 / 20_000.0)
+            .collect();
+        xs.extend([f32::NEG_INFINITY, -1000.0, 1000.0, f32::NAN]);
+        for (&x, &y) in xs.iter().zip(&exp_avx2_values(&xs)) {
+            if x.is_nan() {
+                assert!(y.is_nan(), "exp(NaN) = {y}");
+                continue;
+            }
+            let want = exp_scalar(x) as f64;
+            let rel = ((y as f64 - want) / want).abs();
+            assert!(rel < 2e-7, "exp({x}) = {y}, expected {want}");
+        }
     }
 
     /// `exp_avx512` of each value, 16 at a time.

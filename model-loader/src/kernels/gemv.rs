@@ -30,7 +30,7 @@ const TASK_ROW_MULTIPLE: usize = 48;
 const MAX_TILE_HEIGHT: usize = 8;
 
 /// Most weight rows one tile multiplies.
-const MAX_TILE_WIDTH: usize = 4;
+pub(super) const MAX_TILE_WIDTH: usize = 4;
 
 /// Tile width for `height` input rows: four weight rows up to four input rows, three beyond
 /// (8 × 3 accumulators, three weight and one input register: 28 of 32).
@@ -273,9 +273,54 @@ fn dot_tile(
         dispatch_tile!(width, height, avx512::dot_tile(weights, xs, d_in, dots));
         return;
     }
+    #[cfg(target_arch = "x86_64")]
+    if super::has_avx2() {
+        avx2_dot_tile(
+            super::avx2::TileRows::F32(weights),
+            width,
+            xs,
+            height,
+            d_in,
+            dots,
+        );
+        return;
+    }
     for (r, x) in xs.chunks_exact(d_in).take(height).enumerate() {
         for (c, w) in weights.chunks_exact(d_in).take(width).enumerate() {
             dots[r][c] = portable_dot(x, w);
+        }
+    }
+}
+
+/// The AVX2 tile kernel over a tile of `width` weight rows and `height` input rows (`xs`),
+/// [`super::avx2::TILE_HEIGHT`] input rows per call.
+#[cfg(target_arch = "x86_64")]
+pub(super) fn avx2_dot_tile(
+    rows: super::avx2::TileRows<'_>,
+    width: usize,
+    xs: &[f32],
+    height: usize,
+    d_in: usize,
+    dots: &mut Dots,
+) {
+    use super::avx2::{dot_tile, TILE_HEIGHT};
+    assert!(super::has_avx2() && width <= MAX_TILE_WIDTH && height <= MAX_TILE_HEIGHT);
+    assert!(xs.len() >= height * d_in);
+    for row0 in (0..height).step_by(TILE_HEIGHT) {
+        let (xs, dots) = (&xs[row0 * d_in..height * d_in], &mut dots[row0..]);
+        // SAFETY: AVX2 and FMA are available (asserted above); `rows` holds `width` weight
+        // rows and `xs` the input rows from `row0` on, at least as many as each call reads.
+        unsafe {
+            match (width, (height - row0).min(TILE_HEIGHT)) {
+                (1, 1) => dot_tile::<1, 1>(rows, xs, d_in, dots),
+                (2, 1) => dot_tile::<2, 1>(rows, xs, d_in, dots),
+                (3, 1) => dot_tile::<3, 1>(rows, xs, d_in, dots),
+                (4, 1) => dot_tile::<4, 1>(rows, xs, d_in, dots),
+                (1, _) => dot_tile::<1, 2>(rows, xs, d_in, dots),
+                (2, _) => dot_tile::<2, 2>(rows, xs, d_in, dots),
+                (3, _) => dot_tile::<3, 2>(rows, xs, d_in, dots),
+                _ => dot_tile::<4, 2>(rows, xs, d_in, dots),
+            }
         }
     }
 }

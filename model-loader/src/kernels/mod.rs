@@ -5,7 +5,10 @@
 //! an AVX-512 path (`std::arch::x86_64` intrinsics, masked loads and stores for the tails) and
 //! a portable scalar fallback. The path is chosen at run time with [`has_avx512`]; the x86 code
 //! is compiled only on `x86_64`, so the crate builds everywhere. Large inputs are split over the
-//! rayon thread pool.
+//! rayon thread pool. CPUs with AVX2 and FMA but no AVX-512 ([`has_avx2`]: AMD Zen 1 to 3,
+//! most Intel client CPUs) get 8-lane paths for the kernels that dominate a forward pass: the
+//! projections of decoding and verification (f32, bfloat16 and Q8_0 weights), attention and
+//! SwiGLU.
 //!
 //! - [`gemm`]: products of many rows with `[out, in]` weights (prefill), through `gemm`.
 //! - [`gemv`]: products of a few rows with `[out, in]` weights, streaming each weight once.
@@ -58,6 +61,8 @@ macro_rules! dispatch_tile {
 
 pub mod activation;
 pub mod attention;
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 mod bf16;
 pub mod exp;
 pub mod gemm;
@@ -82,6 +87,25 @@ pub(crate) const PARALLEL_MIN_ELEMENTS: usize = 1 << 16;
 pub fn has_avx512() -> bool {
     static HAS_AVX512: OnceLock<bool> = OnceLock::new();
     *HAS_AVX512.get_or_init(detect_avx512)
+}
+
+/// Whether the CPU supports AVX2, FMA and F16C (checked once, then cached); always `false` off
+/// x86-64. The 8-lane kernels are taken only where AVX-512 is not.
+pub fn has_avx2() -> bool {
+    static HAS_AVX2: OnceLock<bool> = OnceLock::new();
+    *HAS_AVX2.get_or_init(detect_avx2)
+}
+
+#[cfg(target_arch = "x86_64")]
+fn detect_avx2() -> bool {
+    is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn detect_avx2() -> bool {
+    false
 }
 
 #[cfg(target_arch = "x86_64")]

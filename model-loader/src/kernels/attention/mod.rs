@@ -16,6 +16,7 @@
 //! keys in one vector, which is exponentiated with [`super::exp::exp_avx512`]. The weighted
 //! sum of values likewise loads each value row once for the whole tile. Sharing the loads
 //! matters: a 512-bit load issues about once per cycle, half the rate of fused multiply-adds.
+//! CPUs with AVX2 but no AVX-512 take one query at a time on 8-lane vectors (module `avx2`).
 //! The scalar path (other CPUs, head dimensions above 256) runs the same online softmax one
 //! query and one key at a time.
 
@@ -252,7 +253,18 @@ struct Task<'o> {
     outs: Vec<&'o mut [f32]>,
 }
 
-/// [`grouped_query_attention`], allowed (`simd`) or not to take the AVX-512 path.
+/// Which implementation runs the tasks of one call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Path {
+    /// Tiles of queries on 16-lane vectors.
+    Avx512,
+    /// One query at a time on 8-lane vectors, with this many vectors per head.
+    Avx2(usize),
+    /// Scalar.
+    Portable,
+}
+
+/// [`grouped_query_attention`], allowed (`simd`) or not to take a vector path.
 fn attention_with(
     query: &[f32],
     keys: &[f32],
@@ -275,11 +287,17 @@ fn attention_with(
         ..
     } = *shape;
     #[cfg(target_arch = "x86_64")]
-    let simd = simd && super::has_avx512() && head_dim <= SIMD_MAX_HEAD_DIM;
+    let path = if simd && super::has_avx512() && head_dim <= SIMD_MAX_HEAD_DIM {
+        Path::Avx512
+    } else if simd && super::has_avx2() && avx2::fits(head_dim) {
+        Path::Avx2(head_dim / 8)
+    } else {
+        Path::Portable
+    };
     #[cfg(not(target_arch = "x86_64"))]
-    let simd = {
+    let path = {
         let _ = simd;
-        false
+        Path::Portable
     };
 
     let row_width = num_heads * head_dim;
@@ -314,7 +332,7 @@ fn attention_with(
         visibility: *visibility,
         scale: 1.0 / (head_dim as f32).sqrt(),
     };
-    let run = |task: Task<'_>| run_task(&inputs, task, simd);
+    let run = |task: Task<'_>| run_task(&inputs, task, path);
     let work = rows
         .saturating_mul(len)
         .saturating_mul(head_dim)
@@ -326,12 +344,11 @@ fn attention_with(
     }
 }
 
-/// Runs one task on the AVX-512 path (`simd`, already checked against the CPU and the head
-/// dimension) or the scalar one.
-fn run_task(inputs: &Inputs<'_>, task: Task<'_>, simd: bool) {
+/// Runs one task on `path` (already checked against the CPU and the head dimension).
+fn run_task(inputs: &Inputs<'_>, task: Task<'_>, path: Path) {
     #[cfg(target_arch = "x86_64")]
-    if simd {
-        // SAFETY (every arm): `simd` is only true when AVX-512F is available and
+    if path == Path::Avx512 {
+        // SAFETY (every arm): the AVX-512 path is only chosen when AVX-512F is available and
         // `head_dim <= SIMD_MAX_HEAD_DIM`, i.e. at most 16 vectors of 16 lanes; the exact
         // instances get `NC == head_dim.div_ceil(16)`, the last one `NC == 16 >=` that. The
         // tile sizes keep `T * NC <= 12` query vectors in registers.
@@ -350,7 +367,24 @@ fn run_task(inputs: &Inputs<'_>, task: Task<'_>, simd: bool) {
         }
         return;
     }
-    let _ = simd;
+    #[cfg(target_arch = "x86_64")]
+    if let Path::Avx2(vectors) = path {
+        // SAFETY (every arm): the AVX2 path is only chosen when AVX2 and FMA are available
+        // and `head_dim` is `8 * vectors` with `vectors <= 16` (`avx2::fits`).
+        unsafe {
+            match vectors {
+                1 => avx2::run_task_avx2::<1>(inputs, task),
+                2 => avx2::run_task_avx2::<2>(inputs, task),
+                4 => avx2::run_task_avx2::<4>(inputs, task),
+                8 => avx2::run_task_avx2::<8>(inputs, task),
+                12 => avx2::run_task_avx2::<12>(inputs, task),
+                16 => avx2::run_task_avx2::<16>(inputs, task),
+                _ => run_task_scalar(inputs, task),
+            }
+        }
+        return;
+    }
+    let _ = path;
     run_task_scalar(inputs, task);
 }
 
@@ -412,6 +446,8 @@ fn flag_bits(flags: &[bool]) -> u16 {
         .fold(0, |bits, (i, &flag)| bits | (u16::from(flag) << i))
 }
 
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 #[cfg(target_arch = "x86_64")]

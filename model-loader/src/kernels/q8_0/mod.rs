@@ -15,6 +15,8 @@
 //! row and block. The block's integer sums are then scaled by the 16 rows' scales times the
 //! input block's scale, with no horizontal sum: the 16 lanes are 16 outputs.
 
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 mod inputs;
 
 use crate::quant::{Q8_0Matrix, Q8_0_BLOCK, Q8_0_GROUP};
@@ -72,6 +74,21 @@ pub(super) unsafe fn project_groups(
                             height,
                             avx512::group_dots[true](w, group, x, row0, bias, out)
                         ),
+                    }
+                };
+                row0 += height;
+                continue;
+            }
+            #[cfg(target_arch = "x86_64")]
+            if crate::kernels::has_avx2() && x.precision == InputPrecision::Byte {
+                let height = height.min(avx2::MAX_ROWS);
+                // SAFETY: AVX2, FMA and F16C are available (checked above), the inputs are
+                // bytes; the asserts above bound the group and rows, and the caller the output.
+                unsafe {
+                    match height {
+                        1 => avx2::group_dots::<1>(w, group, x, row0, bias, out),
+                        2 => avx2::group_dots::<2>(w, group, x, row0, bias, out),
+                        _ => avx2::group_dots::<3>(w, group, x, row0, bias, out),
                     }
                 };
                 row0 += height;

@@ -1,0 +1,102 @@
+//! The Q8_0 kernel for x86-64 CPUs with AVX2, FMA and F16C but no AVX-512 VNNI
+//! ([`crate::kernels::has_avx2`]), for byte-quantized inputs (decoding and verification).
+//!
+//! It reads the matrix's interleaved groups (four bytes of 16 rows per 64 bytes) as two 32-byte
+//! halves of eight rows and does what `vpdpbusd` does in three instructions: the weight bytes
+//! `q + 128` are turned back into signed `q`, `vpmaddubsw` multiplies `|q|` with the input
+//! bytes carrying `q`'s sign (a pair of products stays within `2 · 128 · 127`, inside `i16`),
+//! and `vpmaddwd` with ones adds the pairs into one `i32` per row and four bytes.
+
+use super::{Output, QuantizedRows};
+use crate::quant::{Q8_0Matrix, Q8_0_BLOCK, Q8_0_GROUP};
+use std::arch::x86_64::*;
+
+/// Input rows one call multiplies: two `i32` sums and two `f32` accumulators per row, beside
+/// the weights.
+pub(super) const MAX_ROWS: usize = 3;
+
+/// How far ahead (in bytes) the kernel prefetches weights, into L2.
+const PREFETCH_BYTES: usize = 16 * 1024;
+
+/// The 16 outputs of Q8_0 weight group `group` for `H` byte-quantized input rows from `row0`,
+/// plus the bias, written to `out`.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available; the group and rows must exist, the inputs be
+/// [`super::InputPrecision::Byte`] and the output be writable as
+/// [`super::project_groups`] requires.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn group_dots<const H: usize>(
+    w: &Q8_0Matrix,
+    group: usize,
+    x: &QuantizedRows,
+    row0: usize,
+    bias: Option<&[f32]>,
+    out: Output,
+) {
+    let blocks = x.blocks;
+    let group_block_bytes = Q8_0_GROUP * Q8_0_BLOCK;
+    let (quants, scales) = w.group(group);
+    assert!(
+        quants.len() == blocks * group_block_bytes
+            && scales.len() == blocks * Q8_0_GROUP
+            && row0 + H <= x.rows()
+            && x.quants.len() == x.rows() * blocks * Q8_0_BLOCK
+    );
+    let (wq, ws) = (quants.as_ptr(), scales.as_ptr());
+    let inputs = x.quants.as_ptr().wrapping_add(row0 * blocks * Q8_0_BLOCK);
+    let offset = _mm256_set1_epi8(i8::MIN);
+    let ones = _mm256_set1_epi16(1);
+    // Per input row, rows 0-7 and 8-15 of the group.
+    let mut acc = [[_mm256_setzero_ps(); 2]; H];
+    for b in 0..blocks {
+        let block = wq.wrapping_add(b * group_block_bytes);
+        _mm_prefetch::<_MM_HINT_T1>(block.wrapping_add(PREFETCH_BYTES).cast());
+        _mm_prefetch::<_MM_HINT_T1>(block.wrapping_add(PREFETCH_BYTES + 256).cast());
+        let mut ints = [[_mm256_setzero_si256(); 2]; H];
+        for j in 0..Q8_0_BLOCK / 4 {
+            for half in 0..2 {
+                // SAFETY: bytes 64j + 32 half.. + 32 lie inside block b of the group.
+                let wv = unsafe { _mm256_loadu_si256(block.add(j * 64 + half * 32).cast()) };
+                let q = _mm256_xor_si256(wv, offset);
+                let magnitude = _mm256_sign_epi8(q, q);
+                for (h, ints) in ints.iter_mut().enumerate() {
+                    let at = (h * blocks + b) * Q8_0_BLOCK + 4 * j;
+                    // SAFETY: bytes 4j..4j + 4 of block b of input row row0 + h.
+                    let four = unsafe { inputs.add(at).cast::<i32>().read_unaligned() };
+                    let signed = _mm256_sign_epi8(_mm256_set1_epi32(four), q);
+                    let pairs = _mm256_maddubs_epi16(magnitude, signed);
+                    ints[half] = _mm256_add_epi32(ints[half], _mm256_madd_epi16(pairs, ones));
+                }
+            }
+        }
+        // SAFETY: the group holds 16 scales per block.
+        let w_scales = unsafe {
+            [0, 8].map(|first| _mm256_cvtph_ps(_mm_loadu_si128(ws.add(b * 16 + first).cast())))
+        };
+        for (h, acc) in acc.iter_mut().enumerate() {
+            let x_scale = _mm256_set1_ps(x.scales[(row0 + h) * blocks + b]);
+            for half in 0..2 {
+                let both = _mm256_mul_ps(w_scales[half], x_scale);
+                let sums = _mm256_cvtepi32_ps(ints[h][half]);
+                acc[half] = _mm256_fmadd_ps(sums, both, acc[half]);
+            }
+        }
+    }
+    let first = group * Q8_0_GROUP;
+    let columns = (out.n - first).min(Q8_0_GROUP);
+    for (h, acc) in acc.iter().enumerate() {
+        let mut values = [0.0f32; Q8_0_GROUP];
+        // SAFETY: `values` holds the 16 lanes of both halves.
+        unsafe {
+            _mm256_storeu_ps(values.as_mut_ptr(), acc[0]);
+            _mm256_storeu_ps(values.as_mut_ptr().add(8), acc[1]);
+        }
+        for (c, &v) in values.iter().enumerate().take(columns) {
+            let v = v + bias.map_or(0.0, |bias| bias[first + c]);
+            // SAFETY: row row0 + h, column first + c (inside the weight's rows) is this call's
+            // to write.
+            unsafe { *out.values.add((row0 + h) * out.n + first + c) = v };
+        }
+    }
+}
