@@ -431,6 +431,48 @@ mod tests {
         out
     }
 
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx2_tiles_match_portable_dots() {
+        use super::super::avx2::TileRows;
+        use crate::quant::Bf16Matrix;
+        if !super::super::has_avx2() {
+            return;
+        }
+        for d_in in [8, 13, 64, 579] {
+            let weights = values(MAX_TILE_WIDTH * d_in, 0.3);
+            let xs = values(MAX_TILE_HEIGHT * d_in, 1.1);
+            let bf16 = Bf16Matrix::from_f32(&weights, MAX_TILE_WIDTH, d_in);
+            let rounded: Vec<f32> = weights
+                .iter()
+                .map(|&w| half::bf16::from_f32(w).to_f32())
+                .collect();
+            for (rows, reference) in [
+                (TileRows::F32(&weights), &weights),
+                (TileRows::Bf16(&bf16, 0), &rounded),
+            ] {
+                for (width, height) in
+                    (1..=MAX_TILE_WIDTH).flat_map(|w| (1..=MAX_TILE_HEIGHT).map(move |h| (w, h)))
+                {
+                    let mut dots: Dots = [[f32::NAN; MAX_TILE_WIDTH]; MAX_TILE_HEIGHT];
+                    avx2_dot_tile(rows, width, &xs[..height * d_in], height, d_in, &mut dots);
+                    for (r, dots) in dots.iter().enumerate().take(height) {
+                        for (c, &got) in dots.iter().enumerate().take(width) {
+                            let want = portable_dot(
+                                &xs[r * d_in..][..d_in],
+                                &reference[c * d_in..][..d_in],
+                            );
+                            assert!(
+                                (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                                "d_in {d_in}, tile {width}x{height}, ({r}, {c}): {got} vs {want}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn matches_a_reference_for_odd_shapes() {
         for (rows, d_in, outs) in [

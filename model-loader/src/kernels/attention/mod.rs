@@ -145,7 +145,7 @@ pub fn grouped_query_attention(
     visibility: &Visibility<'_>,
     out: &mut [f32],
 ) {
-    attention_with(query, keys, values, shape, visibility, out, true);
+    attention_with(query, keys, values, shape, visibility, out, Allowed::Any);
 }
 
 /// Panics with a message naming the first inconsistency between the shape and the slices.
@@ -264,7 +264,19 @@ enum Path {
     Portable,
 }
 
-/// [`grouped_query_attention`], allowed (`simd`) or not to take a vector path.
+/// The widest implementation a call may take (the tests pin each).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Allowed {
+    /// The scalar path only.
+    Scalar,
+    /// The AVX2 path where the CPU has it, even where it has AVX-512 (only tests ask).
+    #[cfg_attr(not(test), allow(dead_code))]
+    Avx2,
+    /// The widest path the CPU has.
+    Any,
+}
+
+/// [`grouped_query_attention`] on at most the path `allowed`.
 fn attention_with(
     query: &[f32],
     keys: &[f32],
@@ -272,7 +284,7 @@ fn attention_with(
     shape: &AttentionShape,
     visibility: &Visibility<'_>,
     out: &mut [f32],
-    simd: bool,
+    allowed: Allowed,
 ) {
     validate(query, keys, values, shape, visibility, out);
     if out.is_empty() {
@@ -287,16 +299,16 @@ fn attention_with(
         ..
     } = *shape;
     #[cfg(target_arch = "x86_64")]
-    let path = if simd && super::has_avx512() && head_dim <= SIMD_MAX_HEAD_DIM {
+    let path = if allowed == Allowed::Any && super::has_avx512() && head_dim <= SIMD_MAX_HEAD_DIM {
         Path::Avx512
-    } else if simd && super::has_avx2() && avx2::fits(head_dim) {
+    } else if allowed != Allowed::Scalar && super::has_avx2() && avx2::fits(head_dim) {
         Path::Avx2(head_dim / 8)
     } else {
         Path::Portable
     };
     #[cfg(not(target_arch = "x86_64"))]
     let path = {
-        let _ = simd;
+        let _ = allowed;
         Path::Portable
     };
 

@@ -89,9 +89,9 @@ impl Case {
             &self.shape,
             visibility,
         );
-        let run = |simd: Option<bool>| {
+        let run = |allowed: Option<Allowed>| {
             let mut out = vec![f32::NAN; want.len()];
-            match simd {
+            match allowed {
                 None => grouped_query_attention(
                     &self.query,
                     &self.keys,
@@ -100,21 +100,26 @@ impl Case {
                     visibility,
                     &mut out,
                 ),
-                Some(simd) => attention_with(
+                Some(allowed) => attention_with(
                     &self.query,
                     &self.keys,
                     &self.values,
                     &self.shape,
                     visibility,
                     &mut out,
-                    simd,
+                    allowed,
                 ),
             }
             out
         };
-        for simd in [None, Some(false), Some(true)] {
-            let what = format!("{what} {:?} simd {simd:?}", self.shape);
-            assert_close(&run(simd), &want, 1e-5, &what);
+        for allowed in [
+            None,
+            Some(Allowed::Scalar),
+            Some(Allowed::Avx2),
+            Some(Allowed::Any),
+        ] {
+            let what = format!("{what} {:?} {allowed:?}", self.shape);
+            assert_close(&run(allowed), &want, 1e-5, &what);
         }
     }
 }
@@ -275,7 +280,7 @@ fn padded_key_value_buffers_read_only_their_first_len_rows() {
             let (keys, values) = (pad(&case.keys), pad(&case.values));
             let wide = case.shape.with_kv_capacity(capacity);
             let visibility = Visibility::Causal { cached };
-            let run = |keys: &[f32], values: &[f32], shape: &AttentionShape, simd: bool| {
+            let run = |keys: &[f32], values: &[f32], shape: &AttentionShape, allowed| {
                 let mut out = vec![f32::NAN; case.query.len()];
                 attention_with(
                     &case.query,
@@ -284,14 +289,14 @@ fn padded_key_value_buffers_read_only_their_first_len_rows() {
                     shape,
                     &visibility,
                     &mut out,
-                    simd,
+                    allowed,
                 );
                 out
             };
-            for simd in [false, true] {
-                let want = run(&case.keys, &case.values, &case.shape, simd);
-                let got = run(&keys, &values, &wide, simd);
-                assert_eq!(got, want, "{wide:?} simd {simd}");
+            for allowed in [Allowed::Scalar, Allowed::Avx2, Allowed::Any] {
+                let want = run(&case.keys, &case.values, &case.shape, allowed);
+                let got = run(&keys, &values, &wide, allowed);
+                assert_eq!(got, want, "{wide:?} {allowed:?}");
             }
         }
     }

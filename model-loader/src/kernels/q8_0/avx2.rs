@@ -15,7 +15,8 @@ use std::arch::x86_64::*;
 /// the weights.
 pub(super) const MAX_ROWS: usize = 3;
 
-/// How far ahead (in bytes) the kernel prefetches weights, into L2.
+/// How far ahead (in bytes) the kernel prefetches weights, every cache line, into L2 (on a
+/// Zen 3 machine the hardware prefetchers alone left decoding a fifth slower).
 const PREFETCH_BYTES: usize = 16 * 1024;
 
 /// The 16 outputs of Q8_0 weight group `group` for `H` byte-quantized input rows from `row0`,
@@ -51,8 +52,9 @@ pub(super) unsafe fn group_dots<const H: usize>(
     let mut acc = [[_mm256_setzero_ps(); 2]; H];
     for b in 0..blocks {
         let block = wq.wrapping_add(b * group_block_bytes);
-        _mm_prefetch::<_MM_HINT_T1>(block.wrapping_add(PREFETCH_BYTES).cast());
-        _mm_prefetch::<_MM_HINT_T1>(block.wrapping_add(PREFETCH_BYTES + 256).cast());
+        for line in 0..group_block_bytes / 64 {
+            _mm_prefetch::<_MM_HINT_T1>(block.wrapping_add(PREFETCH_BYTES + 64 * line).cast());
+        }
         let mut ints = [[_mm256_setzero_si256(); 2]; H];
         for j in 0..Q8_0_BLOCK / 4 {
             for half in 0..2 {

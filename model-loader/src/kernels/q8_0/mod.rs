@@ -307,21 +307,44 @@ mod tests {
             .sum()
     }
 
-    /// Every group's outputs by `kernel` (the dispatching [`project_groups`] or the portable
-    /// twin).
-    fn outputs(w: &Q8_0Matrix, x: &QuantizedRows, bias: &[f32], portable: bool) -> Vec<f32> {
+    /// Which kernel a test runs.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    enum Kernel {
+        /// [`project_groups`], the CPU's best.
+        Dispatched,
+        /// The AVX2 kernel, even where AVX-512 VNNI is there (byte inputs only).
+        Avx2,
+        /// The portable twin.
+        Portable,
+    }
+
+    /// Every group's outputs by `kernel`.
+    fn outputs(w: &Q8_0Matrix, x: &QuantizedRows, bias: &[f32], kernel: Kernel) -> Vec<f32> {
         let mut out = vec![f32::NAN; x.rows() * w.rows()];
         let output = Output {
             values: out.as_mut_ptr(),
             n: w.rows(),
         };
         for group in 0..w.groups() {
-            // SAFETY: `out` is [rows, n] and only this call writes it.
+            // SAFETY: `out` is [rows, n] and only this call writes it; the AVX2 kernel runs
+            // only where the CPU has AVX2, FMA and F16C, one input row at a time.
             unsafe {
-                if portable {
-                    portable_group_dots(w, group, x, 0..x.rows(), Some(bias), output);
-                } else {
-                    project_groups(w, group..group + 1, x, Some(bias), output);
+                match kernel {
+                    Kernel::Dispatched => {
+                        project_groups(w, group..group + 1, x, Some(bias), output)
+                    }
+                    Kernel::Portable => {
+                        portable_group_dots(w, group, x, 0..x.rows(), Some(bias), output)
+                    }
+                    #[cfg(target_arch = "x86_64")]
+                    Kernel::Avx2 => {
+                        assert!(crate::kernels::has_avx2());
+                        for row in 0..x.rows() {
+                            avx2::group_dots::<1>(w, group, x, row, Some(bias), output);
+                        }
+                    }
+                    #[cfg(not(target_arch = "x86_64"))]
+                    Kernel::Avx2 => unreachable!("no AVX2 off x86-64"),
                 }
             }
         }
@@ -339,15 +362,17 @@ mod tests {
             let bias = rng.vec(n, -1.0, 1.0);
             for precision in [InputPrecision::Byte, InputPrecision::Split] {
                 let q = QuantizedRows::new(&x, rows, cols, precision);
-                for portable in [false, true] {
-                    let out = outputs(&w, &q, &bias, portable);
+                let avx2 = crate::kernels::has_avx2() && precision == InputPrecision::Byte;
+                let kernels = [Kernel::Dispatched, Kernel::Portable, Kernel::Avx2];
+                for kernel in kernels.into_iter().filter(|&k| k != Kernel::Avx2 || avx2) {
+                    let out = outputs(&w, &q, &bias, kernel);
                     for r in 0..rows {
                         for c in 0..n {
                             let want = reference(&w, c, &q, r) + f64::from(bias[c]);
                             let got = f64::from(out[r * n + c]);
                             assert!(
                                 (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
-                                "{precision:?}, {cols} cols, row {r}, column {c}: {got} vs {want}"
+                                "{kernel:?} {precision:?}, {cols} cols, row {r}, column {c}: {got} vs {want}"
                             );
                         }
                     }
@@ -368,7 +393,7 @@ mod tests {
                 &w,
                 &QuantizedRows::new(&x, rows, cols, precision),
                 &bias,
-                false,
+                Kernel::Dispatched,
             );
             let mut widened = vec![0.0; cols];
             let mut worst = 0.0f64;
