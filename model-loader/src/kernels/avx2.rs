@@ -41,7 +41,7 @@ impl TileRows<'_> {
 /// Sum of the 8 lanes.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-fn sum_lanes(v: __m256) -> f32 {
+pub(super) fn sum_lanes(v: __m256) -> f32 {
     let quad = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
     let pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
     _mm_cvtss_f32(_mm_add_ss(pair, _mm_movehdup_ps(pair)))

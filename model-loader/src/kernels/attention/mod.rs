@@ -105,7 +105,7 @@ pub enum Visibility<'a> {
     Mask(&'a [bool]),
 }
 
-impl Visibility<'_> {
+impl<'a> Visibility<'a> {
     /// End (exclusive) of the keys `row` may see; keys before it may still be masked.
     fn key_end(&self, row: usize, len: usize) -> usize {
         match *self {
@@ -115,7 +115,7 @@ impl Visibility<'_> {
     }
 
     /// The mask row of `row` (`len` flags), if the visibility is an explicit mask.
-    fn mask_row(&self, row: usize, len: usize) -> Option<&[bool]> {
+    fn mask_row(&self, row: usize, len: usize) -> Option<&'a [bool]> {
         match *self {
             Visibility::Mask(mask) => Some(&mask[row * len..(row + 1) * len]),
             Visibility::All | Visibility::Causal { .. } => None,
@@ -276,6 +276,33 @@ enum Allowed {
     Any,
 }
 
+/// One query of a task: the end of its row's visible keys and its mask row, its vector and
+/// its output.
+struct Query<'a, 'o> {
+    end: usize,
+    mask: Option<&'a [bool]>,
+    q: &'a [f32],
+    out: &'o mut [f32],
+}
+
+impl Task<'_> {
+    /// Calls `f` on every query of the task: row by row, the query heads of its key/value
+    /// head in order.
+    fn for_each_query<'a>(self, inputs: &Inputs<'a>, mut f: impl FnMut(Query<'a, '_>)) {
+        let AttentionShape { len, head_dim, .. } = inputs.shape;
+        let group = inputs.shape.group_size();
+        for (r, out_row) in self.outs.into_iter().enumerate() {
+            let row = self.first_row + r;
+            let end = inputs.visibility.key_end(row, len);
+            let mask = inputs.visibility.mask_row(row, len);
+            for (g, out) in out_row.chunks_exact_mut(head_dim).enumerate() {
+                let q = inputs.query(row, self.kv_head * group + g);
+                f(Query { end, mask, q, out });
+            }
+        }
+    }
+}
+
 /// [`grouped_query_attention`] on at most the path `allowed`.
 fn attention_with(
     query: &[f32],
@@ -402,45 +429,38 @@ fn run_task(inputs: &Inputs<'_>, task: Task<'_>, path: Path) {
 
 /// Portable fallback: per query, an online softmax over its visible keys, one at a time.
 fn run_task_scalar(inputs: &Inputs<'_>, task: Task<'_>) {
-    let AttentionShape { len, head_dim, .. } = inputs.shape;
-    let group = inputs.shape.group_size();
+    let head_dim = inputs.shape.head_dim;
     let (keys, values) = inputs.kv_head(task.kv_head);
-    for (r, out_row) in task.outs.into_iter().enumerate() {
-        let row = task.first_row + r;
-        let end = inputs.visibility.key_end(row, len);
-        let mask = inputs.visibility.mask_row(row, len);
-        for (g, out) in out_row.chunks_exact_mut(head_dim).enumerate() {
-            let q = inputs.query(row, task.kv_head * group + g);
-            out.fill(0.0);
-            let mut max = f32::NEG_INFINITY;
-            let mut sum = 0.0_f32;
-            for j in 0..end {
-                if mask.is_some_and(|mask| !mask[j]) {
-                    continue;
-                }
-                let k = &keys[j * head_dim..(j + 1) * head_dim];
-                let score = q.iter().zip(k).map(|(a, b)| a * b).sum::<f32>() * inputs.scale;
-                if score > max {
-                    if max > f32::NEG_INFINITY {
-                        let alpha = exp_scalar(max - score);
-                        sum *= alpha;
-                        out.iter_mut().for_each(|o| *o *= alpha);
-                    }
-                    max = score;
-                }
-                let p = exp_scalar(score - max);
-                sum += p;
-                let v = &values[j * head_dim..(j + 1) * head_dim];
-                for (o, &v) in out.iter_mut().zip(v) {
-                    *o += p * v;
-                }
+    task.for_each_query(inputs, |Query { end, mask, q, out }| {
+        out.fill(0.0);
+        let mut max = f32::NEG_INFINITY;
+        let mut sum = 0.0_f32;
+        for j in 0..end {
+            if mask.is_some_and(|mask| !mask[j]) {
+                continue;
             }
-            if sum > 0.0 {
-                let inv = 1.0 / sum;
-                out.iter_mut().for_each(|o| *o *= inv);
+            let k = &keys[j * head_dim..(j + 1) * head_dim];
+            let score = q.iter().zip(k).map(|(a, b)| a * b).sum::<f32>() * inputs.scale;
+            if score > max {
+                if max > f32::NEG_INFINITY {
+                    let alpha = exp_scalar(max - score);
+                    sum *= alpha;
+                    out.iter_mut().for_each(|o| *o *= alpha);
+                }
+                max = score;
+            }
+            let p = exp_scalar(score - max);
+            sum += p;
+            let v = &values[j * head_dim..(j + 1) * head_dim];
+            for (o, &v) in out.iter_mut().zip(v) {
+                *o += p * v;
             }
         }
-    }
+        if sum > 0.0 {
+            let inv = 1.0 / sum;
+            out.iter_mut().for_each(|o| *o *= inv);
+        }
+    });
 }
 
 /// Running maximum and sum of exponentials of one query's online softmax.
