@@ -193,14 +193,23 @@ pub(crate) fn dequantize_rows(
     cols: usize,
     row_values: impl Fn(usize, &mut [f32]) + Sync,
 ) -> Vec<f32> {
-    use rayon::prelude::*;
     let mut out = vec![0.0f32; rows * cols];
+    dequantize_rows_into(&mut out, cols, row_values);
+    out
+}
+
+/// Fills the row-major matrix `out` (`cols` wide) in parallel, row `r` by `row_values(r, row)`.
+pub(crate) fn dequantize_rows_into(
+    out: &mut [f32],
+    cols: usize,
+    row_values: impl Fn(usize, &mut [f32]) + Sync,
+) {
+    use rayon::prelude::*;
     if cols > 0 {
         out.par_chunks_mut(cols)
             .enumerate()
             .for_each(|(r, row)| row_values(r, row));
     }
-    out
 }
 
 #[cfg(test)]

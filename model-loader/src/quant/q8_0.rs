@@ -233,11 +233,21 @@ impl Q8_0Matrix {
             row < self.rows && out.len() == self.cols,
             "dequantize_row: bad row or length"
         );
-        for (b, out) in out.chunks_exact_mut(Q8_0_BLOCK).enumerate() {
-            let (d, ints) = self.block(row, b);
-            let d = d.to_f32();
-            for (o, q) in out.iter_mut().zip(ints) {
-                *o = d * f32::from(q);
+        let (quants, scales) = self.group(row / Q8_0_GROUP);
+        let i = row % Q8_0_GROUP;
+        // Straight from the interleaved layout: the row's four bytes of chunk j of a block sit
+        // at (j * 16 + i) * 4, which the compiler widens four at a time.
+        for ((out, at), scales) in out
+            .chunks_exact_mut(Q8_0_BLOCK)
+            .zip(quants.chunks_exact(GROUP_BLOCK_BYTES))
+            .zip(scales.chunks_exact(Q8_0_GROUP))
+        {
+            let d = scales[i].to_f32();
+            for (j, out) in out.chunks_exact_mut(CHUNK).enumerate() {
+                let chunk = &at[(j * Q8_0_GROUP + i) * CHUNK..][..CHUNK];
+                for (o, &q) in out.iter_mut().zip(chunk) {
+                    *o = d * f32::from((q ^ 0x80) as i8);
+                }
             }
         }
     }
@@ -298,6 +308,22 @@ mod tests {
         }
         assert_eq!(Q8_0Matrix::from_ggml_blocks(&blocks, 19, 64), Some(m));
         assert_eq!(Q8_0Matrix::from_ggml_blocks(&blocks[1..], 19, 64), None);
+    }
+
+    #[test]
+    fn rows_widen_as_their_blocks_say() {
+        // 37 rows over three groups, the last padded; three blocks per row.
+        let values: Vec<f32> = (0..37 * 96).map(|i| (i as f32 * 0.7).sin() * 3.0).collect();
+        let m = Q8_0Matrix::quantize(&values, 37, 96).unwrap();
+        let mut out = vec![f32::NAN; 96];
+        for r in 0..37 {
+            m.dequantize_row(r, &mut out);
+            for (b, out) in out.chunks_exact(Q8_0_BLOCK).enumerate() {
+                let (d, q) = m.block(r, b);
+                let want = q.map(|q| d.to_f32() * f32::from(q));
+                assert_eq!(out, want, "row {r}, block {b}");
+            }
+        }
     }
 
     #[test]

@@ -37,8 +37,13 @@ impl KernelBackend for Flex {
     /// (module `backend/flex/warm_pool.rs`): each parallel loop of the pass then shares its
     /// work at once, where a loop started from outside the pool hands all of it over and
     /// sleeps until woken, and a sleeping worker must be woken, at every projection.
+    /// The buffers its products reused are released when it ends.
     fn on_kernel_threads<R: Send>(pass: impl FnOnce() -> R + Send) -> R {
-        warm_pool::run_with_warm_workers(pass)
+        warm_pool::run_with_warm_workers(|| {
+            let result = pass();
+            crate::kernels::gemm::workspace::release();
+            result
+        })
     }
 
     /// Up to [`MAX_GEMV_ROWS`] rows (decoding, draft verification, small batches) on the
