@@ -29,11 +29,11 @@ pub(super) enum TileRows<'a> {
 }
 
 impl TileRows<'_> {
-    /// Where weight row `c` of the tile starts, and whether it holds bfloat16 values.
-    fn row(&self, c: usize, d_in: usize) -> (*const u8, bool) {
+    /// Where weight row `c` of the tile starts.
+    fn row(&self, c: usize, d_in: usize) -> *const u8 {
         match *self {
-            TileRows::F32(rows) => (rows[c * d_in..][..d_in].as_ptr().cast(), false),
-            TileRows::Bf16(matrix, col0) => (matrix.row(col0 + c).as_ptr().cast(), true),
+            TileRows::F32(rows) => rows[c * d_in..][..d_in].as_ptr().cast(),
+            TileRows::Bf16(matrix, col0) => matrix.row(col0 + c).as_ptr().cast(),
         }
     }
 }
@@ -92,24 +92,42 @@ pub(super) unsafe fn dot_tile<const W: usize, const H: usize>(
     d_in: usize,
     dots: &mut [[f32; MAX_TILE_WIDTH]],
 ) {
+    // One loop per element type, so that the type is no test inside the loop.
+    // SAFETY: the caller's guarantees.
+    unsafe {
+        match rows {
+            TileRows::F32(_) => dot_tile_of::<W, H, false>(rows, xs, d_in, dots),
+            TileRows::Bf16(..) => dot_tile_of::<W, H, true>(rows, xs, d_in, dots),
+        }
+    }
+}
+
+/// [`dot_tile`] for rows of bfloat16 (`BF16`) or `f32` values.
+///
+/// # Safety
+/// As for [`dot_tile`]; `BF16` must say whether `rows` is [`TileRows::Bf16`].
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot_tile_of<const W: usize, const H: usize, const BF16: bool>(
+    rows: TileRows<'_>,
+    xs: &[f32],
+    d_in: usize,
+    dots: &mut [[f32; MAX_TILE_WIDTH]],
+) {
     assert!(W <= MAX_TILE_WIDTH && xs.len() >= H * d_in && dots.len() >= H);
-    let wp: [(*const u8, bool); W] = std::array::from_fn(|c| rows.row(c, d_in));
-    let bytes_per_value = if wp.first().is_some_and(|&(_, bf16)| bf16) {
-        2
-    } else {
-        4
-    };
+    let wp: [*const u8; W] = std::array::from_fn(|c| rows.row(c, d_in));
+    // Bytes of weights per prefetch: one cache line.
+    let values_per_line = if BF16 { 32 } else { 16 };
+    let bytes_per_value = if BF16 { 2 } else { 4 };
     let x = xs.as_ptr();
     let mut acc = [[_mm256_setzero_ps(); W]; H];
     let mut wv = [_mm256_setzero_ps(); W];
     let full = d_in - d_in % 8;
     let mut k = 0;
     while k < full {
-        for (c, v) in wv.iter_mut().enumerate() {
-            let (row, bf16) = wp[c];
-            // SAFETY: k + 8 <= d_in, inside weight row c.
-            *v = unsafe { load8(row, bf16, k) };
-            if k % 16 == 0 {
+        for (v, &row) in wv.iter_mut().zip(&wp) {
+            // SAFETY: k + 8 <= d_in, inside the weight row.
+            *v = unsafe { load8(row, BF16, k) };
+            if k % values_per_line == 0 {
                 let ahead = row.wrapping_add(k * bytes_per_value + PREFETCH_BYTES);
                 _mm_prefetch::<_MM_HINT_T1>(ahead.cast());
             }
@@ -125,10 +143,9 @@ pub(super) unsafe fn dot_tile<const W: usize, const H: usize>(
     }
     for (r, acc) in acc.iter().enumerate() {
         for (c, a) in acc.iter().enumerate() {
-            let (row, bf16) = wp[c];
             let tail: f32 = (full..d_in)
                 // SAFETY: k < d_in, inside weight row c and input row r.
-                .map(|k| unsafe { value(row, bf16, k) * *x.add(r * d_in + k) })
+                .map(|k| unsafe { value(wp[c], BF16, k) * *x.add(r * d_in + k) })
                 .sum();
             dots[r][c] = sum_lanes(*a) + tail;
         }
