@@ -36,8 +36,9 @@ impl KernelBackend for Flex {
     /// On a worker of rayon's pool, with the other workers polling for its jobs while it runs
     /// (module `backend/flex/warm_pool.rs`): each parallel loop of the pass then shares its
     /// work at once, where a loop started from outside the pool hands all of it over and
-    /// sleeps until woken, and a sleeping worker must be woken, at every projection.
-    /// The buffers its products reused are released when it ends.
+    /// sleeps until woken, and a sleeping worker must be woken, at every projection. When the
+    /// pass ends, the workspace its projections reused (`kernels::gemm::workspace`) is
+    /// unmapped.
     fn on_kernel_threads<R: Send>(pass: impl FnOnce() -> R + Send) -> R {
         warm_pool::run_with_warm_workers(|| {
             let result = pass();

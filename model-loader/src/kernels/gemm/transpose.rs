@@ -141,6 +141,16 @@ struct Tile {
     out_row: usize,
 }
 
+impl Tile {
+    /// Panics unless a `side` x `side` tile here lies inside `source` (`cols` wide) and its
+    /// transpose inside `out` (`out_cols` wide).
+    fn assert_inside(self, side: usize, source: (&[f32], usize), out: (&[f32], usize)) {
+        let ((source, cols), (out, out_cols)) = (source, out);
+        assert!((self.row + side - 1) * cols + self.col + side <= source.len());
+        assert!((self.out_row + side - 1) * out_cols + self.row + side <= out.len());
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::Tile;
@@ -159,9 +169,8 @@ mod x86 {
         out_cols: usize,
         tile: Tile,
     ) {
+        tile.assert_inside(16, (source, cols), (out, out_cols));
         let Tile { row, col, out_row } = tile;
-        assert!((row + 15) * cols + col + 16 <= source.len());
-        assert!((out_row + 15) * out_cols + row + 16 <= out.len());
         let mut r = [_mm512_setzero_ps(); 16];
         for (i, v) in r.iter_mut().enumerate() {
             // SAFETY: row + i < rows and col + 16 <= cols (asserted above).
@@ -221,9 +230,8 @@ mod x86 {
         out_cols: usize,
         tile: Tile,
     ) {
+        tile.assert_inside(8, (source, cols), (out, out_cols));
         let Tile { row, col, out_row } = tile;
-        assert!((row + 7) * cols + col + 8 <= source.len());
-        assert!((out_row + 7) * out_cols + row + 8 <= out.len());
         // SAFETY: row + i < rows and col + 8 <= cols (asserted above).
         let r: [__m256; 8] = std::array::from_fn(|i| unsafe {
             _mm256_loadu_ps(source.as_ptr().add((row + i) * cols + col))
