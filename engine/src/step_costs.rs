@@ -2,7 +2,8 @@
 //! drafting call by draft depth and draft tokens, and the rest of the step, from the engine's
 //! own timings. Forward costs are medians of the recent timings per row count (a step that the
 //! operating system preempted takes twice as long, and an average would carry that into the
-//! cost of a row, which decides how much to draft); unmeasured points are
+//! cost of a row, which decides how much to draft), or the fastest timing of a row count timed
+//! only once or twice; unmeasured points are
 //! interpolated between measured ones; beyond the largest measured forward the cost grows in
 //! proportion to the rows (compute-bound), below the smallest it stays flat (memory-bound).
 //! Drafting costs are a least-squares fit over the recent drafting calls: each draft step (a
@@ -39,7 +40,14 @@ type Point = (usize, f64);
 /// and more than twice as many as the outliers of a busy machine's usual burst.
 const FORWARD_WINDOW: usize = 9;
 
-/// The median of the latest [`FORWARD_WINDOW`] timings.
+/// Fewest timings of a size whose median is its cost. With fewer, the fastest is: a preempted
+/// step only ever takes longer, and the median of two timings is their mean, so one preempted
+/// step among two would make a size that is rarely run (and so rarely measured again) look
+/// many times dearer than it is.
+const MIN_MEDIAN_TIMINGS: usize = 3;
+
+/// The cost of one size from its latest [`FORWARD_WINDOW`] timings: their median, or their
+/// minimum while there are fewer than [`MIN_MEDIAN_TIMINGS`].
 #[derive(Clone, Debug, Default, PartialEq)]
 struct RecentMedian {
     recent: VecDeque<f64>,
@@ -53,12 +61,13 @@ impl RecentMedian {
         self.recent.push_back(seconds);
     }
 
-    fn median(&self) -> f64 {
+    fn cost(&self) -> f64 {
         let mut sorted: Vec<f64> = self.recent.iter().copied().collect();
         sorted.sort_by(f64::total_cmp);
         let middle = sorted.len() / 2;
         match sorted.len() {
             0 => 0.0,
+            len if len < MIN_MEDIAN_TIMINGS => sorted[0],
             len if len % 2 == 1 => sorted[middle],
             _ => (sorted[middle - 1] + sorted[middle]) / 2.0,
         }
@@ -83,7 +92,7 @@ impl CostCurve {
     fn neighbours(&self, size: usize) -> (Option<Point>, Option<Point>) {
         let below = self.by_size.range(..=size).next_back();
         let above = self.by_size.range(size + 1..).next();
-        let point = |(&s, c): (&usize, &RecentMedian)| (s, c.median());
+        let point = |(&s, c): (&usize, &RecentMedian)| (s, c.cost());
         (below.map(point), above.map(point))
     }
 
@@ -222,7 +231,7 @@ impl StepCosts {
             self.forward
                 .estimate(rows, |s0, c0| c0 * rows as f64 / s0.max(1) as f64)
         };
-        let cheapest = self.forward.by_size.values().next()?.median();
+        let cheapest = self.forward.by_size.values().next()?.cost();
         let min_step = MIN_ROW_COST * cheapest;
         let mut curve = Vec::with_capacity(extra_rows + 1);
         let mut previous = f64::NEG_INFINITY;
@@ -295,6 +304,17 @@ mod tests {
             forward(&mut costs, 1, 20);
         }
         assert!((cost(&costs) - 0.020).abs() < 1e-9, "{}", cost(&costs));
+    }
+
+    #[test]
+    fn a_size_timed_twice_costs_its_faster_timing() {
+        let mut costs = StepCosts::default();
+        let cost = |costs: &StepCosts| costs.forward_curve(10, 0).unwrap()[0];
+        forward(&mut costs, 10, 2);
+        forward(&mut costs, 10, 40); // preempted
+        assert!((cost(&costs) - 0.002).abs() < 1e-9, "{}", cost(&costs));
+        forward(&mut costs, 10, 3);
+        assert!((cost(&costs) - 0.003).abs() < 1e-9, "the median of three");
     }
 
     fn draft_call(costs: &mut StepCosts, depth: usize, tokens: usize, ms: f64) {

@@ -6,8 +6,9 @@
 //! listener until a shutdown signal; [`BackgroundServer`] runs it on its own thread for
 //! synchronous programs and tests.
 //!
-//! Layout, one job per file: `protocol/` (the wire format), `json_body.rs` (parsing with errors
-//! that name the field), `sampling.rs` (request fields to [`SamplingParams`]),
+//! Layout, one job per file: `protocol/` (the wire format), `body_limit.rs` (413 for a declared
+//! body over the limit, before it is read), `json_body.rs` (parsing with errors that name the
+//! field), `sampling.rs` (request fields to [`SamplingParams`]),
 //! `generation.rs` (model and context checks, admission, whole or streamed responses),
 //! `completions.rs` and `chat.rs` (the two generation endpoints), `logprobs.rs`, `info.rs`
 //! (models, health, metrics), `error.rs` (OpenAI's error shape), `request_log.rs` (one log
@@ -29,6 +30,7 @@
 //!
 //! [`SamplingParams`]: crate::SamplingParams
 
+mod body_limit;
 mod chat;
 mod completions;
 mod error;
@@ -47,7 +49,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
-use axum::Router;
+use axum::{middleware, Router};
 use tokio::sync::oneshot;
 
 use crate::async_llm::{AsyncLlm, ShutdownMode};
@@ -100,6 +102,10 @@ pub fn router(engine: Arc<AsyncLlm>, config: ServerConfig) -> Router {
         .route("/health", get(info::health))
         .route("/metrics", get(info::metrics))
         .layer(DefaultBodyLimit::max(config.max_body_bytes))
+        .layer(middleware::from_fn_with_state(
+            config.max_body_bytes,
+            body_limit::refuse_declared_oversize,
+        ))
         .with_state(state)
 }
 

@@ -18,7 +18,6 @@ mod server_load;
 mod server_openai;
 mod server_prometheus;
 mod shared_weights;
-mod spec_adaptive;
 mod spec_batch_limit;
 mod spec_config;
 mod spec_generic_path;

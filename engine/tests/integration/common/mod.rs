@@ -83,7 +83,10 @@ pub fn token_ids(outputs: &[RequestOutput]) -> Vec<Vec<u32>> {
 
 pub mod spec;
 
-pub use aquila_testdata::real_model_dir;
+/// The imported SmolLM2 model, as [`aquila_testdata::real_model_dir`] finds it.
+pub fn real_model_dir() -> Option<std::path::PathBuf> {
+    aquila_testdata::real_model_dir()
+}
 
 pub mod http;
 pub mod server;
