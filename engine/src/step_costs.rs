@@ -49,11 +49,11 @@ const MIN_MEDIAN_TIMINGS: usize = 3;
 /// The cost of one size from its latest [`FORWARD_WINDOW`] timings: their median, or their
 /// minimum while there are fewer than [`MIN_MEDIAN_TIMINGS`].
 #[derive(Clone, Debug, Default, PartialEq)]
-struct RecentMedian {
+struct RecentTimings {
     recent: VecDeque<f64>,
 }
 
-impl RecentMedian {
+impl RecentTimings {
     fn observe(&mut self, seconds: f64) {
         if self.recent.len() == FORWARD_WINDOW {
             self.recent.pop_front();
@@ -77,7 +77,7 @@ impl RecentMedian {
 /// Recent seconds by an integer size (rows).
 #[derive(Clone, Debug, Default, PartialEq)]
 struct CostCurve {
-    by_size: BTreeMap<usize, RecentMedian>,
+    by_size: BTreeMap<usize, RecentTimings>,
 }
 
 impl CostCurve {
@@ -92,7 +92,7 @@ impl CostCurve {
     fn neighbours(&self, size: usize) -> (Option<Point>, Option<Point>) {
         let below = self.by_size.range(..=size).next_back();
         let above = self.by_size.range(size + 1..).next();
-        let point = |(&s, c): (&usize, &RecentMedian)| (s, c.cost());
+        let point = |(&s, c): (&usize, &RecentTimings)| (s, c.cost());
         (below.map(point), above.map(point))
     }
 

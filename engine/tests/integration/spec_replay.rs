@@ -4,11 +4,10 @@
 
 use crate::common;
 
-use aquila_engine::{DraftLength, Llm, Prompt, RequestOutput, SamplingParams, SpeculativeConfig};
+use aquila_engine::{DraftLength, Llm, Prompt, RequestOutput, SamplingParams};
 use aquila_metrics::SpecDecodeSummary;
-use aquila_spec_decode::proposer::ReplayProposer;
-use common::spec::{prompt_ids, run};
-use common::{config, greedy, tiny_model, PROMPTS};
+use common::spec::{greedy_baseline, replaying_engine, run};
+use common::{config, greedy, tiny_model};
 
 const K: usize = 3;
 /// Verifications per request after the prefill.
@@ -16,26 +15,14 @@ const VERIFIES: usize = 4;
 /// Tokens that fill exactly `VERIFIES` fully accepted verifications after the prefill token.
 const FULL: usize = 1 + VERIFIES * (K + 1);
 
-/// The prompts and their greedy continuations of `FULL` tokens (plain decoding).
+/// The prompts and their plain greedy continuations, exactly `FULL` tokens each.
 fn scripts(model: &std::path::Path) -> (Vec<Prompt>, Vec<RequestOutput>) {
-    let mut plain = Llm::new(config(model)).unwrap();
-    let prompts = prompt_ids(&plain, &PROMPTS);
-    let outputs = run(&mut plain, &prompts, &vec![greedy(FULL); prompts.len()]);
-    (prompts, outputs)
+    greedy_baseline(model, FULL)
 }
 
 /// An engine whose drafter replays `outputs` with `k` tokens every step.
 fn replaying(model: &std::path::Path, outputs: &[RequestOutput], k: usize) -> Llm {
-    let scripts = outputs
-        .iter()
-        .map(|o| [o.prompt_token_ids.clone(), o.token_ids.clone()].concat())
-        .collect();
-    let mut engine_config = config(model);
-    engine_config.speculative = Some(SpeculativeConfig {
-        draft_length: DraftLength::Fixed,
-        ..SpeculativeConfig::custom(k)
-    });
-    Llm::with_proposer(engine_config, Box::new(ReplayProposer::new(k, scripts))).unwrap()
+    replaying_engine(model, outputs, k, DraftLength::Fixed, |replay| replay)
 }
 
 /// Checks that per-request counts sum to the snapshot's counters.

@@ -4,11 +4,10 @@
 
 use crate::common;
 
-use aquila_engine::{DraftLength, Llm, Prompt, RequestOutput, SamplingParams, SpeculativeConfig};
+use aquila_engine::{DraftLength, Llm, RequestOutput, SamplingParams};
 use aquila_metrics::SpecDecodeSummary;
-use aquila_spec_decode::proposer::ReplayProposer;
-use common::spec::{prompt_ids, run};
-use common::{config, greedy, tiny_model, PROMPTS};
+use common::spec::{greedy_baseline, replaying_engine, run};
+use common::{config, greedy, tiny_model};
 
 const K: usize = 3;
 /// Wrong siblings before the script's token at every depth.
@@ -18,39 +17,20 @@ const VERIFIES: usize = 4;
 /// Tokens that fill exactly `VERIFIES` fully accepted verifications after the prefill token.
 const FULL: usize = 1 + VERIFIES * (K + 1);
 
-/// The prompts and their plain greedy continuations of `max_tokens` tokens.
-fn baseline(model: &std::path::Path, max_tokens: usize) -> (Vec<Prompt>, Vec<RequestOutput>) {
-    let mut plain = Llm::new(config(model)).unwrap();
-    let prompts = prompt_ids(&plain, &PROMPTS);
-    let outputs = run(
-        &mut plain,
-        &prompts,
-        &vec![greedy(max_tokens); prompts.len()],
-    );
-    (prompts, outputs)
-}
-
 /// An engine whose drafter replays `outputs` as trees of depth `K` with decoys, every step.
 fn tree_replaying(
     model: &std::path::Path,
     outputs: &[RequestOutput],
     wrong_token_at: Option<(usize, u32)>,
 ) -> Llm {
-    let scripts = outputs
-        .iter()
-        .map(|o| [o.prompt_token_ids.clone(), o.token_ids.clone()].concat())
-        .collect();
     let vocab_size = Llm::new(config(model)).unwrap().vocab_size() as u32;
-    let mut replay = ReplayProposer::new(K, scripts).with_tree_decoys(DECOYS, vocab_size);
-    if let Some((position, token)) = wrong_token_at {
-        replay = replay.with_wrong_token_at(position, token);
-    }
-    let mut engine_config = config(model);
-    engine_config.speculative = Some(SpeculativeConfig {
-        draft_length: DraftLength::Fixed,
-        ..SpeculativeConfig::custom(K)
-    });
-    Llm::with_proposer(engine_config, Box::new(replay)).unwrap()
+    replaying_engine(model, outputs, K, DraftLength::Fixed, |replay| {
+        let replay = replay.with_tree_decoys(DECOYS, vocab_size);
+        match wrong_token_at {
+            Some((position, token)) => replay.with_wrong_token_at(position, token),
+            None => replay,
+        }
+    })
 }
 
 fn summary(llm: &Llm) -> SpecDecodeSummary {
@@ -60,7 +40,7 @@ fn summary(llm: &Llm) -> SpecDecodeSummary {
 #[test]
 fn script_tokens_found_behind_decoys_are_all_accepted_and_the_output_is_greedy() {
     let model = tiny_model();
-    let (prompts, plain) = baseline(model.path(), FULL);
+    let (prompts, plain) = greedy_baseline(model.path(), FULL);
     let mut llm = tree_replaying(model.path(), &plain, None);
     let outputs = run(&mut llm, &prompts, &vec![greedy(FULL); prompts.len()]);
     for (out, base) in outputs.iter().zip(&plain) {
@@ -86,7 +66,7 @@ fn script_tokens_found_behind_decoys_are_all_accepted_and_the_output_is_greedy()
 fn a_wrong_depth_stops_acceptance_there_without_changing_the_output() {
     let model = tiny_model();
     let max_tokens = 24;
-    let (prompts, plain) = baseline(model.path(), max_tokens);
+    let (prompts, plain) = greedy_baseline(model.path(), max_tokens);
     // At depth 2 the script token is replaced; its decoys are then wrong.token + 1, + 2, which
     // may hit the script's token by chance, so acceptance is at least 1 and below K.
     let mut llm = tree_replaying(model.path(), &plain, Some((1, 0)));
@@ -104,7 +84,7 @@ fn a_wrong_depth_stops_acceptance_there_without_changing_the_output() {
 #[test]
 fn sampled_requests_verify_trees_and_stay_reproducible_per_seed() {
     let model = tiny_model();
-    let (prompts, plain) = baseline(model.path(), FULL);
+    let (prompts, plain) = greedy_baseline(model.path(), FULL);
     let params: Vec<SamplingParams> = (0..prompts.len() as u64)
         .map(|seed| SamplingParams {
             temperature: 0.3,

@@ -13,8 +13,8 @@ use aquila_engine::{
     SpeculativeMethod,
 };
 use aquila_spec_decode::proposer::ReplayProposer;
-use common::spec::{eagle1_head, prompt_ids, run};
-use common::{config, greedy, tiny_model, token_ids, PROMPTS};
+use common::spec::{eagle1_head, greedy_baseline, replaying_engine, run};
+use common::{config, greedy, tiny_model, token_ids};
 
 const K: usize = 3;
 /// Output tokens per request: long enough for the policy to settle.
@@ -22,34 +22,18 @@ const MAX_TOKENS: usize = 96;
 
 /// The prompts and their plain greedy continuations.
 fn baseline(model: &std::path::Path) -> (Vec<Prompt>, Vec<RequestOutput>) {
-    let mut plain = Llm::new(config(model)).unwrap();
-    let prompts = prompt_ids(&plain, &PROMPTS);
-    let outputs = run(
-        &mut plain,
-        &prompts,
-        &vec![greedy(MAX_TOKENS); prompts.len()],
-    );
-    (prompts, outputs)
+    greedy_baseline(model, MAX_TOKENS)
 }
 
-/// An engine with `draft_length` whose drafter is `replay` over `outputs`'s sequences.
+/// An engine with `draft_length` whose drafter replays `outputs`'s sequences, adjusted by
+/// `adjust`.
 fn replaying(
     model: &std::path::Path,
     outputs: &[RequestOutput],
     draft_length: DraftLength,
     adjust: impl FnOnce(ReplayProposer) -> ReplayProposer,
 ) -> Llm {
-    let scripts = outputs
-        .iter()
-        .map(|o| [o.prompt_token_ids.clone(), o.token_ids.clone()].concat())
-        .collect();
-    let mut engine_config = config(model);
-    engine_config.speculative = Some(SpeculativeConfig {
-        draft_length,
-        ..SpeculativeConfig::custom(K)
-    });
-    let replay = adjust(ReplayProposer::new(K, scripts));
-    Llm::with_proposer(engine_config, Box::new(replay)).unwrap()
+    replaying_engine(model, outputs, K, draft_length, adjust)
 }
 
 /// A token no baseline output contains.

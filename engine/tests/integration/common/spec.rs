@@ -4,13 +4,14 @@
 use std::path::Path;
 
 use aquila_engine::{
-    Device, EngineConfig, Llm, Prompt, RequestOutput, SamplingParams, SpeculativeConfig,
-    WeightFormat,
+    Device, DraftLength, EngineConfig, Llm, Prompt, RequestOutput, SamplingParams,
+    SpeculativeConfig, WeightFormat,
 };
 use aquila_model_loader::config::LlamaConfig;
 use aquila_model_loader::fixtures::eagle::{
     write_tiny_eagle1, write_tiny_eagle3, TinyEagle1Options, TinyEagle3Options,
 };
+use aquila_spec_decode::proposer::ReplayProposer;
 use tempfile::TempDir;
 
 /// The target config in `model_dir`.
@@ -45,6 +46,38 @@ pub fn eagle3_head(model_dir: &Path) -> TempDir {
 pub fn with_speculative(mut config: EngineConfig, speculative: SpeculativeConfig) -> EngineConfig {
     config.speculative = Some(speculative);
     config
+}
+
+/// [`crate::common::PROMPTS`] as token ids and their plain greedy continuations of `max_tokens`
+/// tokens on `model` (the scripts a replaying drafter follows).
+pub fn greedy_baseline(model: &Path, max_tokens: usize) -> (Vec<Prompt>, Vec<RequestOutput>) {
+    let mut plain = Llm::new(crate::common::config(model)).expect("plain engine");
+    let prompts = prompt_ids(&plain, &crate::common::PROMPTS);
+    let params = vec![crate::common::greedy(max_tokens); prompts.len()];
+    let outputs = run(&mut plain, &prompts, &params);
+    (prompts, outputs)
+}
+
+/// An engine on `model` drafting with `replay`, which proposes at most `k` tokens and is built
+/// from the whole sequences (prompt and output) of `outputs`, at `draft_length`.
+pub fn replaying_engine(
+    model: &Path,
+    outputs: &[RequestOutput],
+    k: usize,
+    draft_length: DraftLength,
+    replay: impl FnOnce(ReplayProposer) -> ReplayProposer,
+) -> Llm {
+    let scripts = outputs
+        .iter()
+        .map(|o| [o.prompt_token_ids.clone(), o.token_ids.clone()].concat())
+        .collect();
+    let speculative = SpeculativeConfig {
+        draft_length,
+        ..SpeculativeConfig::custom(k)
+    };
+    let config = with_speculative(crate::common::config(model), speculative);
+    let proposer = replay(ReplayProposer::new(k, scripts));
+    Llm::with_proposer(config, Box::new(proposer)).expect("replaying engine")
 }
 
 /// Runs `prompts` (batched) through `llm` with one parameter set each.
