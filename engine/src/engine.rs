@@ -95,6 +95,7 @@ impl<B: KernelBackend> Engine<B> {
                 return Err(load_error(LoadError::Io { path, source }));
             }
         }
+        let load_allocation = aquila_model_loader::memory::LoadAllocation::begin();
         // The tokenizer before the weights: parsing it takes several times its final size for
         // a moment, which then is not stacked on top of the weights' memory (and a broken
         // tokenizer fails before the long weight load).
@@ -118,6 +119,7 @@ impl<B: KernelBackend> Engine<B> {
                 model
             }
         };
+        drop(load_allocation);
         let model_config = model.config();
         let kv_bytes_per_token = 2
             * model_config.num_hidden_layers
