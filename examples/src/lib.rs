@@ -4,13 +4,15 @@
 //! `bench`, `bench-spec`, `train-eagle`, `gpu-check`), and the small pieces they share: `--device`
 //! and `--dtype` ([`device`]), reading prompt files, the built-in prompt set, locating the
 //! workspace's model directory, the speculative-decoding report computed from a metrics
-//! snapshot, and the median of repeated timings ([`stats`]).
+//! snapshot, engines timed against each other step by step ([`interleaved`]), and the median
+//! of repeated timings ([`stats`]).
 #![warn(missing_docs)]
 
 pub mod corpus;
 pub mod device;
 pub mod distill;
 pub mod heads;
+pub mod interleaved;
 pub mod manifest;
 pub mod paths;
 pub mod prompts;

@@ -7,10 +7,11 @@
 //! the same number, and the best fixed k of every drafter with one request in flight.
 //!
 //! Configurations compared with each other run as a group: their engines share one copy of the
-//! weights, are all started and warmed up, then timed in turn for `--rounds` rounds (each
-//! round starting one configuration later), and every figure is a median over the rounds, so
-//! that neither the machine's slow drifts nor where in memory an engine's weights landed decide
-//! a comparison.
+//! weights and are all started and warmed up; then, for `--rounds` rounds, every engine takes
+//! the whole workload and the engines take engine steps in turn (each round starting one
+//! configuration later), each timed over its own steps. Every figure is a median over the
+//! rounds, so that neither the machine's drifts, fast or slow, nor where in memory an engine's
+//! weights landed decide a comparison.
 //!
 //! ```text
 //! cargo xtask bench spec [-- --draft DIR --draft-eagle3 DIR --k 3 --num-prompts 8
@@ -24,10 +25,12 @@ use aquila_engine::{
 };
 use aquila_examples::device::{BackendTask, DeviceArgs, DeviceChoice};
 use aquila_examples::heads;
+use aquila_examples::interleaved::run_interleaved;
 use aquila_examples::paths::default_model_dir;
 use aquila_examples::prompts::builtin_chat_prompts;
 use aquila_examples::report::SpecDecodeReport;
 use aquila_examples::stats::median;
+use aquila_metrics::Snapshot;
 use aquila_model_loader::backend::KernelBackend;
 use aquila_model_loader::model::{FeatureTap, ForwardBatch, LlamaModel, SequenceInput};
 use burn::module::Module;
@@ -74,9 +77,9 @@ struct Args {
     /// skips them.
     #[arg(long, value_delimiter = ',', default_value = "1,4,8,16")]
     in_flight: Vec<usize>,
-    /// Timed rounds per configuration; the engines compared with each other run in turn
-    /// within a round, and every figure is the median over the rounds (a run lasts seconds,
-    /// and the machine's speed drifts by several percent between runs).
+    /// Timed rounds per configuration; the engines compared with each other take steps in
+    /// turn within a round, and every figure is the median over the rounds (the machine's
+    /// speed drifts by several percent between runs).
     #[arg(long, default_value_t = 5)]
     rounds: usize,
     /// Drafters measured (EAGLE-3 only where a head is shipped or given).
@@ -154,18 +157,21 @@ impl Row {
         )
     }
 
+    /// This row's tokens per second over `reference`'s, round by round.
+    fn round_speedups(&self, reference: &Row) -> Vec<f64> {
+        self.rounds
+            .iter()
+            .zip(&reference.rounds)
+            .map(|(mine, theirs)| {
+                mine.output_tokens_per_second() / theirs.output_tokens_per_second()
+            })
+            .collect()
+    }
+
     /// Median over the rounds of this row's tokens per second over `reference`'s in the same
     /// round.
     fn speedup_over(&self, reference: &Row) -> f64 {
-        median(
-            self.rounds
-                .iter()
-                .zip(&reference.rounds)
-                .map(|(mine, theirs)| {
-                    mine.output_tokens_per_second() / theirs.output_tokens_per_second()
-                })
-                .collect(),
-        )
+        median(self.round_speedups(reference))
     }
 
     /// Mean acceptance length over all rounds' drafts (1 without drafts).
@@ -330,6 +336,12 @@ fn main() -> Result<()> {
         for group in &measured[1..=adaptive_groups] {
             print_against_baseline(group);
         }
+        println!("the adaptive rows' speedups round by round:");
+        for group in &measured[1..=adaptive_groups] {
+            for row in &group[1..] {
+                print_rounds(row, &group[0]);
+            }
+        }
     }
     let fixed_at_one = &measured[adaptive_groups + 1..];
     if !fixed_at_one.is_empty() {
@@ -401,15 +413,25 @@ fn print_row(row: &Row, reference: &Row) {
     );
 }
 
+/// Prints `row`'s speedups over `reference` in each round, in the order the rounds ran.
+fn print_rounds(row: &Row, reference: &Row) {
+    let rounds: Vec<String> = row
+        .round_speedups(reference)
+        .iter()
+        .map(|ratio| format!("{ratio:.2}x"))
+        .collect();
+    println!("{:<24} {}", row.name, rounds.join(" "));
+}
+
 fn ms(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1e3
 }
 
 /// Runs a group of configurations side by side, on one shared copy of the weights: every
 /// engine is started and warmed up on its whole workload (so that the adaptive policy has
-/// measured its costs at this number in flight), then each round times every engine once, in
-/// turn (each round starting one engine later), so that slow drifts of the machine fall on all
-/// of them alike.
+/// measured its costs at this number in flight), then each round gives every engine the
+/// workload and lets the engines take steps in turn (each round starting one engine later), each
+/// timed over its own steps, so that the machine's drifts fall on all of them alike.
 fn run_group(
     model: &Path,
     device: DeviceChoice,
@@ -448,23 +470,24 @@ fn run_group(
         .collect();
     let count = group.len();
     for round in 0..args.rounds {
-        // Each round starts one configuration later, so that no configuration always runs
-        // right after the same neighbour (the machine's speed drifts within a round).
-        for index in (0..count).map(|i| (i + round) % count) {
-            let (llm, config, row) = (&mut engines[index], &group[index], &mut rows[index]);
-            progress.set_message(format!("{} (round {})", config.name, round + 1));
-            let prompts = builtin_chat_prompts(config.workload.num_prompts);
-            let before = llm.get_metrics();
-            let start = Instant::now();
-            let outputs = llm.generate(prompts, &params)?;
-            let wall = start.elapsed();
-            let delta = llm.get_metrics().delta(&before)?;
+        // Each round starts one configuration later, so that no configuration always steps
+        // right after the same neighbour.
+        progress.set_message(format!("round {}", round + 1));
+        let prompts = builtin_chat_prompts(group[0].workload.num_prompts);
+        let before: Vec<Snapshot> = engines.iter().map(Llm::get_metrics).collect();
+        let mut in_turn: Vec<&mut Llm> = engines.iter_mut().collect();
+        in_turn.rotate_left(round % count);
+        let mut runs = run_interleaved(&mut in_turn, &prompts, &params)?;
+        runs.rotate_right(round % count);
+        for (index, run) in runs.into_iter().enumerate() {
+            let (llm, config, row) = (&engines[index], &group[index], &mut rows[index]);
+            let delta = llm.get_metrics().delta(&before[index])?;
             row.rounds.push(SpecDecodeReport::from_snapshot(
                 &delta,
                 llm.metrics_namespace(),
-                wall,
+                run.busy,
             ));
-            let token_ids: Vec<Vec<u32>> = outputs.into_iter().map(|o| o.token_ids).collect();
+            let token_ids: Vec<Vec<u32>> = run.outputs.into_iter().map(|o| o.token_ids).collect();
             if round > 0 && token_ids != row.token_ids {
                 bail!(
                     "`{}` generated other tokens in round {}",

@@ -5,10 +5,11 @@
 
 use anyhow::{bail, Context, Result};
 use aquila_engine::{
-    DraftLength, EagleDrafter, EngineConfig, Llm, Prompt, RequestOutput, SamplingParams,
-    SpeculativeConfig, SpeculativeMethod,
+    DraftLength, EagleDrafter, EngineConfig, Llm, Prompt, SamplingParams, SpeculativeConfig,
+    SpeculativeMethod,
 };
 use aquila_examples::device::{DeviceArgs, DeviceChoice};
+use aquila_examples::interleaved::{run_interleaved, InterleavedRun};
 use aquila_examples::paths::default_model_dir;
 use aquila_examples::prompts::{builtin_chat_prompts, read_prompts_file};
 use aquila_examples::report::SpecDecodeReport;
@@ -17,7 +18,6 @@ use aquila_examples::stats::median;
 use aquila_metrics::{MetricsServer, Snapshot};
 use clap::Parser;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 /// Speculative decoding with EAGLE on the default model.
 #[derive(Parser, Debug)]
@@ -50,8 +50,9 @@ struct Args {
     #[arg(long)]
     compare_baseline: bool,
     /// Timed rounds of `--compare-baseline`: the speculative engine and the plain engine (on
-    /// the same weights) take turns, alternating which goes first, and the speedup is the
-    /// median of the rounds' ratios, so that the machine's drifts do not decide it. The first
+    /// the same weights) take engine steps in turn, alternating which goes first, each timed
+    /// over its own steps, and the speedup is the median of the rounds' ratios, so that the
+    /// machine's drifts do not decide it. The first
     /// round includes what each engine learns as it starts (the adaptive policy's costs).
     #[arg(long, default_value_t = 5)]
     rounds: usize,
@@ -183,14 +184,23 @@ fn main() -> Result<()> {
     let mut speculative_runs = Vec::with_capacity(rounds);
     let mut baseline_runs = Vec::with_capacity(rounds);
     for round in 0..rounds {
+        let Some(baseline) = baseline.as_mut() else {
+            speculative_runs.extend(run_interleaved(&mut [&mut llm], &prompts, &params)?);
+            continue;
+        };
+        // The two engines take steps in turn, the plain one first in every other round.
         let baseline_first = round % 2 == 1;
-        if let (true, Some(baseline)) = (baseline_first, baseline.as_mut()) {
-            baseline_runs.push(timed_generate(baseline, &prompts, &params)?);
+        let mut in_turn = [&mut llm, baseline];
+        if baseline_first {
+            in_turn.reverse();
         }
-        speculative_runs.push(timed_generate(&mut llm, &prompts, &params)?);
-        if let (false, Some(baseline)) = (baseline_first, baseline.as_mut()) {
-            baseline_runs.push(timed_generate(baseline, &prompts, &params)?);
+        let mut runs = run_interleaved(&mut in_turn, &prompts, &params)?;
+        if baseline_first {
+            runs.reverse();
         }
+        let mut runs = runs.into_iter();
+        speculative_runs.extend(runs.next());
+        baseline_runs.extend(runs.next());
     }
     let report = combined_report(&llm, &speculative_before, &speculative_runs)?;
     let outputs = &speculative_runs[0].outputs;
@@ -232,7 +242,7 @@ fn main() -> Result<()> {
         let ratios: Vec<f64> = speculative_runs
             .iter()
             .zip(&baseline_runs)
-            .map(|(spec, base)| base.wall.as_secs_f64() / spec.wall.as_secs_f64().max(f64::EPSILON))
+            .map(|(spec, base)| base.busy.as_secs_f64() / spec.busy.as_secs_f64().max(f64::EPSILON))
             .collect();
         println!(
             "baseline: {:.2} s, {:.1} output tokens/s",
@@ -256,31 +266,19 @@ fn main() -> Result<()> {
     Ok(())
 }
 
-/// One timed `generate`: its outputs and wall time.
-struct TimedRun {
-    outputs: Vec<RequestOutput>,
-    wall: Duration,
-}
-
 /// The report of `runs` of `llm` taken together: its metrics since `before` (taken before the
 /// first of them; the other engine's runs between them do not touch its metrics) and the sum
-/// of their wall times.
-fn combined_report(llm: &Llm, before: &Snapshot, runs: &[TimedRun]) -> Result<SpecDecodeReport> {
+/// of the times of their steps.
+fn combined_report(
+    llm: &Llm,
+    before: &Snapshot,
+    runs: &[InterleavedRun],
+) -> Result<SpecDecodeReport> {
     let delta = llm.get_metrics().delta(before)?;
-    let wall = runs.iter().map(|run| run.wall).sum();
+    let wall = runs.iter().map(|run| run.busy).sum();
     Ok(SpecDecodeReport::from_snapshot(
         &delta,
         llm.metrics_namespace(),
         wall,
     ))
-}
-
-/// Runs `generate` and returns its outputs and wall time.
-fn timed_generate(llm: &mut Llm, prompts: &[Prompt], params: &SamplingParams) -> Result<TimedRun> {
-    let start = Instant::now();
-    let outputs = llm.generate(prompts.to_vec(), params)?;
-    Ok(TimedRun {
-        outputs,
-        wall: start.elapsed(),
-    })
 }

@@ -1,9 +1,10 @@
-//! The examples' integration tests, one binary: device choice, the EAGLE report and the
-//! shipped head.
+//! The examples' integration tests, one binary: device choice, the EAGLE report, engines run
+//! step by step in turn, and the shipped head.
 //!
 //! All test files of the crate compile into this one binary, so the suite links once instead
 //! of once per file.
 
 mod device_choice;
 mod eagle_report;
+mod interleaved;
 mod shipped_head;
