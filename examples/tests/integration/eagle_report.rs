@@ -1,36 +1,21 @@
 //! The eagle example's report is computed from the metrics snapshot alone; these tests check its
 //! numbers against the per-request counts the engine returns with each output.
 
-use aquila_engine::{DraftLength, EngineConfig, Llm, Prompt, SamplingParams, SpeculativeConfig};
+use aquila_engine::{EngineConfig, Llm};
 use aquila_examples::report::SpecDecodeReport;
-use aquila_model_loader::fixtures::llama::{write_tiny_llama, TinyLlamaOptions};
 use std::time::Instant;
 
-fn tiny_model() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("temporary directory");
-    write_tiny_llama(dir.path(), &TinyLlamaOptions::default()).expect("tiny model");
-    dir
-}
+use crate::tiny::{fixed_ngram, greedy_to_the_limit, prompts, tiny_model};
 
 #[test]
 fn report_numbers_equal_the_sums_of_per_request_counts() {
     let model = tiny_model();
     for k in [1, 3] {
         let mut config = EngineConfig::new(model.path());
-        // A fixed length, so every step drafts (n-gram drafts still vary in length).
-        config.speculative = Some(SpeculativeConfig {
-            draft_length: DraftLength::Fixed,
-            ..SpeculativeConfig::ngram(k)
-        });
+        config.speculative = Some(fixed_ngram(k));
         let mut llm = Llm::new(config).expect("engine");
-        let prompts: Vec<Prompt> = ["abab abab abab", "hello hello", "1212121212"]
-            .into_iter()
-            .map(Prompt::from)
-            .collect();
-        let params = SamplingParams {
-            ignore_eos: true,
-            ..SamplingParams::greedy(24)
-        };
+        let prompts = prompts(&["abab abab abab", "hello hello", "1212121212"]);
+        let params = greedy_to_the_limit(24);
         // A first call, so the report must use the delta of the second one only.
         llm.generate(prompts.clone(), &params).expect("warm-up");
         let before = llm.get_metrics();

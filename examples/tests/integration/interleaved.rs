@@ -1,37 +1,27 @@
 //! Engines run step by step in turn give each engine the outputs it gives on its own, in prompt
 //! order, and time only its own steps.
 
-use aquila_engine::{DraftLength, EngineConfig, Llm, Prompt, SamplingParams, SpeculativeConfig};
+use aquila_engine::{EngineConfig, Llm, SpeculativeConfig};
 use aquila_examples::interleaved::run_interleaved;
-use aquila_model_loader::fixtures::llama::{write_tiny_llama, TinyLlamaOptions};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use crate::tiny::{fixed_ngram, greedy_to_the_limit, prompts, tiny_model};
 
 #[test]
 fn interleaved_engines_give_their_own_outputs_in_prompt_order() {
-    let model = tempfile::tempdir().expect("temporary directory");
-    write_tiny_llama(model.path(), &TinyLlamaOptions::default()).expect("tiny model");
+    let model = tiny_model();
     let engine = |speculative: Option<SpeculativeConfig>, max_num_seqs: usize| {
         let mut config = EngineConfig::new(model.path());
         config.speculative = speculative;
         config.max_num_seqs = max_num_seqs;
         Llm::new(config).expect("engine")
     };
-    let ngram = SpeculativeConfig {
-        draft_length: DraftLength::Fixed,
-        ..SpeculativeConfig::ngram(3)
-    };
     // Plain and speculative engines, and prompts of different lengths, so that the engines
     // finish after different numbers of steps.
     let mut plain = engine(None, 2);
-    let mut speculative = engine(Some(ngram), 3);
-    let prompts: Vec<Prompt> = ["abab abab abab abab", "hello", "1212121212", "x y z"]
-        .into_iter()
-        .map(Prompt::from)
-        .collect();
-    let params = SamplingParams {
-        ignore_eos: true,
-        ..SamplingParams::greedy(24)
-    };
+    let mut speculative = engine(Some(fixed_ngram(3)), 3);
+    let prompts = prompts(&["abab abab abab abab", "hello", "1212121212", "x y z"]);
+    let params = greedy_to_the_limit(24);
     let alone = plain.generate(prompts.clone(), &params).expect("plain run");
 
     let start = Instant::now();
@@ -55,7 +45,7 @@ fn interleaved_engines_give_their_own_outputs_in_prompt_order() {
     assert_eq!(prompt_lengths, alone_lengths);
     let busy = runs[0].busy + runs[1].busy;
     assert!(
-        runs.iter().all(|run| run.busy > std::time::Duration::ZERO) && busy <= wall,
+        runs.iter().all(|run| run.busy > Duration::ZERO) && busy <= wall,
         "each engine is timed over its own steps only: {:?} + {:?} within {wall:?}",
         runs[0].busy,
         runs[1].busy

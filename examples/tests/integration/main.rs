@@ -1,5 +1,6 @@
 //! The examples' integration tests, one binary: device choice, the EAGLE report, engines run
-//! step by step in turn, and the shipped head.
+//! step by step in turn, and the shipped head; `tiny` holds what the tests on the tiny fixture
+//! model share.
 //!
 //! All test files of the crate compile into this one binary, so the suite links once instead
 //! of once per file.
@@ -8,3 +9,4 @@ mod device_choice;
 mod eagle_report;
 mod interleaved;
 mod shipped_head;
+mod tiny;
