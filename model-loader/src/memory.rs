@@ -27,9 +27,9 @@ const STEADY_MMAP_THRESHOLD: i32 = 32 << 20;
 /// threshold, as its dynamic rule keeps).
 const STEADY_TRIM_THRESHOLD: i32 = 2 * STEADY_MMAP_THRESHOLD;
 
-/// While it lives, large blocks are mapped on their own (see [`LOAD_MMAP_THRESHOLD`]); when
-/// dropped, the allocator's thresholds are set to where glibc's dynamic rule would have taken
-/// them during a long run. Process-wide, like the allocator; elsewhere than glibc it does
+/// While it lives, blocks of 1 MiB and more are mapped on their own, so that a load's
+/// conversion buffers go back to the system when freed; when dropped, the allocator's
+/// thresholds are set to where glibc's dynamic rule would have taken them during a long run. Process-wide, like the allocator; elsewhere than glibc it does
 /// nothing.
 #[derive(Debug)]
 pub struct LoadAllocation(());

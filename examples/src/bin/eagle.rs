@@ -52,8 +52,8 @@ struct Args {
     /// Timed rounds of `--compare-baseline`: the speculative engine and the plain engine (on
     /// the same weights) take engine steps in turn, alternating which goes first, each timed
     /// over its own steps, and the speedup is the median of the rounds' ratios, so that the
-    /// machine's drifts do not decide it. The first
-    /// round includes what each engine learns as it starts (the adaptive policy's costs).
+    /// machine's drifts do not decide it. The first round includes what each engine learns as
+    /// it starts (the adaptive policy's costs).
     #[arg(long, default_value_t = 5)]
     rounds: usize,
     /// Write the metrics snapshot of the speculative run as JSON.
