@@ -1,39 +1,28 @@
-//! The 8-lane tile kernel for x86-64 CPUs with AVX2 and FMA but no AVX-512
+//! The 8-lane kernel for x86-64 CPUs with AVX2 and FMA but no AVX-512
 //! ([`super::has_avx2`]): the weight-streaming products of decoding and verification with
 //! `f32` and bfloat16 weights (Q8_0 weights have theirs in `super::q8_0`).
 //!
-//! It is the AVX-512 kernel at half the width: a tile of up to
-//! four weight rows is multiplied with [`TILE_HEIGHT`] input rows while it sits in registers
-//! (eight accumulators, four weight vectors and one input vector: 13 of the 16 registers); a
-//! taller tile is taken [`TILE_HEIGHT`] input rows at a time, its weight rows then coming from
-//! L1.
+//! Unlike the AVX-512 kernel, which multiplies tiles of weight rows read side by side and
+//! prefetches ahead, it reads the weight rows one after another ([`dot_rows`]).
 
-use super::gemv::MAX_TILE_WIDTH;
 use crate::quant::Bf16Matrix;
 use std::arch::x86_64::*;
 
-/// Input rows one call of the tile kernel multiplies (see the module docs).
-pub(super) const TILE_HEIGHT: usize = 2;
-
-/// How far ahead (in bytes) the kernel prefetches weights, into L2 (see [`super::gemv`]'s
-/// AVX-512 kernel for why L2).
-const PREFETCH_BYTES: usize = 16 * 1024;
-
-/// The weight rows of one tile: `f32` or bfloat16 values, `d_in` per row.
+/// A run of weight rows: `f32` or bfloat16 values, `d_in` per row.
 #[derive(Clone, Copy)]
-pub(super) enum TileRows<'a> {
+pub(super) enum WeightRows<'a> {
     /// Row-major `f32` rows.
     F32(&'a [f32]),
     /// Rows `col0..` of a bfloat16 matrix.
     Bf16(&'a Bf16Matrix, usize),
 }
 
-impl TileRows<'_> {
+impl WeightRows<'_> {
     /// Where weight row `c` of the tile starts.
     fn row(&self, c: usize, d_in: usize) -> *const u8 {
         match *self {
-            TileRows::F32(rows) => rows[c * d_in..][..d_in].as_ptr().cast(),
-            TileRows::Bf16(matrix, col0) => matrix.row(col0 + c).as_ptr().cast(),
+            WeightRows::F32(rows) => rows[c * d_in..][..d_in].as_ptr().cast(),
+            WeightRows::Bf16(matrix, col0) => matrix.row(col0 + c).as_ptr().cast(),
         }
     }
 }
@@ -80,74 +69,125 @@ unsafe fn value(row: *const u8, bf16: bool, k: usize) -> f32 {
     }
 }
 
-/// `dots[r][c] = xs[r] · weight row c` for `H` input rows (`xs`, `[H, d_in]`) and `W` weight
-/// rows.
+/// `out(r, c, xs[r] · weight row c)` for the `count` weight rows of `rows` and the `height`
+/// input rows of `xs` (`[height, d_in]`).
+///
+/// The weight rows are read one after another, each once: every thread streams one contiguous
+/// run of memory, which the hardware prefetchers follow without help (software prefetches and
+/// tiles of rows read side by side, four streams at once, drew less bandwidth on Zen 3). Each
+/// row, in L1 once loaded, meets the input rows [`ROW_GROUP`] at a time.
 ///
 /// # Safety
-/// AVX2 and FMA must be available; `rows` must hold `W` rows of `d_in` values and `xs` `H`.
+/// AVX2 and FMA must be available; `rows` must hold `count` rows of `d_in` values and `xs`
+/// `height`.
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn dot_tile<const W: usize, const H: usize>(
-    rows: TileRows<'_>,
+pub(super) unsafe fn dot_rows(
+    rows: WeightRows<'_>,
+    count: usize,
     xs: &[f32],
+    height: usize,
     d_in: usize,
-    dots: &mut [[f32; MAX_TILE_WIDTH]],
+    out: impl FnMut(usize, usize, f32),
 ) {
+    assert!(xs.len() >= height * d_in);
     // One loop per element type, so that the type is no test inside the loop.
     // SAFETY: the caller's guarantees.
     unsafe {
         match rows {
-            TileRows::F32(_) => dot_tile_of::<W, H, false>(rows, xs, d_in, dots),
-            TileRows::Bf16(..) => dot_tile_of::<W, H, true>(rows, xs, d_in, dots),
+            WeightRows::F32(_) => dot_rows_of::<false>(rows, count, xs, height, d_in, out),
+            WeightRows::Bf16(..) => dot_rows_of::<true>(rows, count, xs, height, d_in, out),
         }
     }
 }
 
-/// [`dot_tile`] for rows of bfloat16 (`BF16`) or `f32` values.
+/// Input rows that one pass over a weight row multiplies (eight accumulators at most).
+pub(super) const ROW_GROUP: usize = 4;
+
+/// [`dot_rows`] for rows of bfloat16 (`BF16`) or `f32` values.
 ///
 /// # Safety
-/// As for [`dot_tile`]; `BF16` must say whether `rows` is [`TileRows::Bf16`].
+/// As for [`dot_rows`]; `BF16` must say whether `rows` is [`WeightRows::Bf16`].
 #[target_feature(enable = "avx2,fma")]
-unsafe fn dot_tile_of<const W: usize, const H: usize, const BF16: bool>(
-    rows: TileRows<'_>,
+unsafe fn dot_rows_of<const BF16: bool>(
+    rows: WeightRows<'_>,
+    count: usize,
+    xs: &[f32],
+    height: usize,
+    d_in: usize,
+    mut out: impl FnMut(usize, usize, f32),
+) {
+    let mut dots = [0.0; ROW_GROUP];
+    for c in 0..count {
+        let row = rows.row(c, d_in);
+        let mut row0 = 0;
+        while row0 < height {
+            let group = (height - row0).min(ROW_GROUP);
+            let x = &xs[row0 * d_in..(row0 + group) * d_in];
+            // SAFETY: AVX2 and FMA (the caller's guarantee); `row` holds d_in values and `x`
+            // `group` input rows of d_in.
+            unsafe {
+                match group {
+                    1 => row_dots::<1, 4, BF16>(row, x, d_in, &mut dots),
+                    2 => row_dots::<2, 4, BF16>(row, x, d_in, &mut dots),
+                    3 => row_dots::<3, 2, BF16>(row, x, d_in, &mut dots),
+                    _ => row_dots::<4, 2, BF16>(row, x, d_in, &mut dots),
+                }
+            }
+            for (r, &dot) in dots.iter().enumerate().take(group) {
+                out(row0 + r, c, dot);
+            }
+            row0 += group;
+        }
+    }
+}
+
+/// `dots[r] = xs[r] · row` for `H` input rows, with `A` independent accumulators per input
+/// row (enough chains in flight to hide the latency of the FMAs).
+///
+/// # Safety
+/// AVX2 and FMA must be available; `row` must hold `d_in` values and `xs` `H` rows of `d_in`.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn row_dots<const H: usize, const A: usize, const BF16: bool>(
+    row: *const u8,
     xs: &[f32],
     d_in: usize,
-    dots: &mut [[f32; MAX_TILE_WIDTH]],
+    dots: &mut [f32; ROW_GROUP],
 ) {
-    assert!(W <= MAX_TILE_WIDTH && xs.len() >= H * d_in && dots.len() >= H);
-    let wp: [*const u8; W] = std::array::from_fn(|c| rows.row(c, d_in));
-    // Bytes of weights per prefetch: one cache line.
-    let values_per_line = if BF16 { 32 } else { 16 };
-    let bytes_per_value = if BF16 { 2 } else { 4 };
+    assert!(H <= ROW_GROUP && xs.len() >= H * d_in);
     let x = xs.as_ptr();
-    let mut acc = [[_mm256_setzero_ps(); W]; H];
-    let mut wv = [_mm256_setzero_ps(); W];
-    let full = d_in - d_in % 8;
+    let mut acc = [[_mm256_setzero_ps(); A]; H];
+    let step = 8 * A;
     let mut k = 0;
-    while k < full {
-        for (v, &row) in wv.iter_mut().zip(&wp) {
-            // SAFETY: k + 8 <= d_in, inside the weight row.
-            *v = unsafe { load8(row, BF16, k) };
-            if k % values_per_line == 0 {
-                let ahead = row.wrapping_add(k * bytes_per_value + PREFETCH_BYTES);
-                _mm_prefetch::<_MM_HINT_T1>(ahead.cast());
+    while k + step <= d_in {
+        for a in 0..A {
+            // SAFETY: k + 8a + 8 <= d_in, inside the weight row and every input row.
+            unsafe {
+                let w = load8(row, BF16, k + 8 * a);
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let xv = _mm256_loadu_ps(x.add(r * d_in + k + 8 * a));
+                    acc[a] = _mm256_fmadd_ps(w, xv, acc[a]);
+                }
             }
         }
-        for (r, acc) in acc.iter_mut().enumerate() {
-            // SAFETY: k + 8 <= d_in, inside input row r.
-            let xv = unsafe { _mm256_loadu_ps(x.add(r * d_in + k)) };
-            for (a, v) in acc.iter_mut().zip(&wv) {
-                *a = _mm256_fmadd_ps(*v, xv, *a);
+        k += step;
+    }
+    while k + 8 <= d_in {
+        // SAFETY: k + 8 <= d_in, as above.
+        unsafe {
+            let w = load8(row, BF16, k);
+            for (r, acc) in acc.iter_mut().enumerate() {
+                acc[0] = _mm256_fmadd_ps(w, _mm256_loadu_ps(x.add(r * d_in + k)), acc[0]);
             }
         }
         k += 8;
     }
     for (r, acc) in acc.iter().enumerate() {
-        for (c, a) in acc.iter().enumerate() {
-            let tail: f32 = (full..d_in)
-                // SAFETY: k < d_in, inside weight row c and input row r.
-                .map(|k| unsafe { value(wp[c], BF16, k) * *x.add(r * d_in + k) })
-                .sum();
-            dots[r][c] = sum_lanes(*a) + tail;
-        }
+        let sum = acc[1..].iter().fold(acc[0], |s, &a| _mm256_add_ps(s, a));
+        let tail: f32 = (k..d_in)
+            // SAFETY: j < d_in, inside the weight row and input row r.
+            .map(|j| unsafe { value(row, BF16, j) * *x.add(r * d_in + j) })
+            .sum();
+        dots[r] = sum_lanes(sum) + tail;
     }
 }

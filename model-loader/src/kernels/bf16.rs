@@ -25,13 +25,6 @@ pub(super) fn dot_tile(
         dispatch_tile!(width, height, avx512::dot_tile(w, col0, x, row0, dots));
         return;
     }
-    #[cfg(target_arch = "x86_64")]
-    if super::has_avx2() {
-        let xs = &x[row0 * d_in..(row0 + height) * d_in];
-        let rows = super::avx2::TileRows::Bf16(w, col0);
-        super::gemv::avx2_dot_tile(rows, width, xs, height, d_in, dots);
-        return;
-    }
     for (r, dots) in dots.iter_mut().enumerate().take(height) {
         let xr = &x[(row0 + r) * d_in..(row0 + r + 1) * d_in];
         for (c, dot) in dots.iter_mut().enumerate().take(width) {
@@ -47,7 +40,7 @@ pub(super) fn dot_tile(
 
 /// Whether the CPU has AVX-512 F, BW and VL (checked once).
 #[cfg(target_arch = "x86_64")]
-fn has_avx512bw() -> bool {
+pub(super) fn has_avx512bw() -> bool {
     use std::sync::OnceLock;
     static HAS: OnceLock<bool> = OnceLock::new();
     *HAS.get_or_init(|| {

@@ -5,7 +5,8 @@
 //! thread streams its own share of the weights once, whatever the number of input rows: a tile
 //! of weight rows is multiplied with up to eight input rows at a time while it sits in
 //! registers and L1 (four weight rows for up to four input rows, three for up to eight, so the
-//! accumulators stay within the 32 vector registers). Q8_0 weights go to their own kernel
+//! accumulators stay within the 32 vector registers). CPUs with AVX2 but no AVX-512 read the
+//! weight rows one after another instead (module `avx2`). Q8_0 weights go to their own kernel
 //! (module `q8_0`), which works on groups of 16 interleaved weight rows and up to six input
 //! rows at a time.
 
@@ -30,7 +31,7 @@ const TASK_ROW_MULTIPLE: usize = 48;
 const MAX_TILE_HEIGHT: usize = 8;
 
 /// Most weight rows one tile multiplies.
-pub(super) const MAX_TILE_WIDTH: usize = 4;
+const MAX_TILE_WIDTH: usize = 4;
 
 /// Tile width for `height` input rows: four weight rows up to four input rows, three beyond
 /// (8 × 3 accumulators, three weight and one input register: 28 of 32).
@@ -224,6 +225,19 @@ pub(super) fn project_rows_at(
             unsafe { super::q8_0::project_groups(m, groups, quantized, p.bias, output) };
             return;
         }
+        #[cfg(target_arch = "x86_64")]
+        if let Some(weight_rows) = in_order_rows(p.weight, start, end, d_in) {
+            let write = |r: usize, c: usize, dot: f32| {
+                let bias = p.bias.map_or(0.0, |bias| bias[start + c]);
+                // SAFETY: (r, start + c) is inside this output's [rows, n] buffer, and column
+                // start + c belongs to this task only.
+                unsafe { *out.0.add(r * n + start + c) = dot + bias };
+            };
+            // SAFETY: `in_order_rows` answers only where AVX2 and FMA are available; the rows
+            // are the task's `end - start` weight rows and `x` holds `rows` input rows.
+            unsafe { super::avx2::dot_rows(weight_rows, end - start, x, rows, d_in, write) };
+            return;
+        }
         let mut col = start;
         // One width for the whole task: the widest tile the tallest row block allows.
         let tile = tile_width(rows.min(MAX_TILE_HEIGHT));
@@ -255,6 +269,28 @@ pub(super) fn project_rows_at(
     outputs
 }
 
+/// Weight rows `start..end` for the AVX2 kernel, which reads them in order: `Some` for `f32`
+/// and bfloat16 weights on CPUs with AVX2 where the AVX-512 kernel of that format is missing.
+#[cfg(target_arch = "x86_64")]
+fn in_order_rows(
+    weight: WeightRef<'_>,
+    start: usize,
+    end: usize,
+    d_in: usize,
+) -> Option<super::avx2::WeightRows<'_>> {
+    use super::avx2::WeightRows;
+    if !super::has_avx2() {
+        return None;
+    }
+    match weight {
+        WeightRef::F32(w) if !super::has_avx512() => {
+            Some(WeightRows::F32(&w[start * d_in..end * d_in]))
+        }
+        WeightRef::Bf16(m) if !super::bf16::has_avx512bw() => Some(WeightRows::Bf16(m, start)),
+        _ => None,
+    }
+}
+
 /// `dots[r][c] = xs[r] · weights[c]` for `height` (≤ 8) input rows and `width` weight rows
 /// (≤ [`tile_width`] of the height), all `d_in` wide.
 fn dot_tile(
@@ -273,54 +309,9 @@ fn dot_tile(
         dispatch_tile!(width, height, avx512::dot_tile(weights, xs, d_in, dots));
         return;
     }
-    #[cfg(target_arch = "x86_64")]
-    if super::has_avx2() {
-        avx2_dot_tile(
-            super::avx2::TileRows::F32(weights),
-            width,
-            xs,
-            height,
-            d_in,
-            dots,
-        );
-        return;
-    }
     for (r, x) in xs.chunks_exact(d_in).take(height).enumerate() {
         for (c, w) in weights.chunks_exact(d_in).take(width).enumerate() {
             dots[r][c] = portable_dot(x, w);
-        }
-    }
-}
-
-/// The AVX2 tile kernel over a tile of `width` weight rows and `height` input rows (`xs`),
-/// [`super::avx2::TILE_HEIGHT`] input rows per call.
-#[cfg(target_arch = "x86_64")]
-pub(super) fn avx2_dot_tile(
-    rows: super::avx2::TileRows<'_>,
-    width: usize,
-    xs: &[f32],
-    height: usize,
-    d_in: usize,
-    dots: &mut Dots,
-) {
-    use super::avx2::{dot_tile, TILE_HEIGHT};
-    assert!(super::has_avx2() && width <= MAX_TILE_WIDTH && height <= MAX_TILE_HEIGHT);
-    assert!(xs.len() >= height * d_in);
-    for row0 in (0..height).step_by(TILE_HEIGHT) {
-        let (xs, dots) = (&xs[row0 * d_in..height * d_in], &mut dots[row0..]);
-        // SAFETY: AVX2 and FMA are available (asserted above); `rows` holds `width` weight
-        // rows and `xs` the input rows from `row0` on, at least as many as each call reads.
-        unsafe {
-            match (width, (height - row0).min(TILE_HEIGHT)) {
-                (1, 1) => dot_tile::<1, 1>(rows, xs, d_in, dots),
-                (2, 1) => dot_tile::<2, 1>(rows, xs, d_in, dots),
-                (3, 1) => dot_tile::<3, 1>(rows, xs, d_in, dots),
-                (4, 1) => dot_tile::<4, 1>(rows, xs, d_in, dots),
-                (1, _) => dot_tile::<1, 2>(rows, xs, d_in, dots),
-                (2, _) => dot_tile::<2, 2>(rows, xs, d_in, dots),
-                (3, _) => dot_tile::<3, 2>(rows, xs, d_in, dots),
-                _ => dot_tile::<4, 2>(rows, xs, d_in, dots),
-            }
         }
     }
 }
@@ -433,40 +424,42 @@ mod tests {
 
     #[cfg(target_arch = "x86_64")]
     #[test]
-    fn avx2_tiles_match_portable_dots() {
-        use super::super::avx2::TileRows;
+    fn avx2_rows_match_portable_dots() {
+        use super::super::avx2::{dot_rows, WeightRows};
         use crate::quant::Bf16Matrix;
         if !super::super::has_avx2() {
             return;
         }
-        for d_in in [8, 13, 64, 579] {
-            let weights = values(MAX_TILE_WIDTH * d_in, 0.3);
-            let xs = values(MAX_TILE_HEIGHT * d_in, 1.1);
-            let bf16 = Bf16Matrix::from_f32(&weights, MAX_TILE_WIDTH, d_in);
+        const WEIGHT_ROWS: usize = 5;
+        const INPUT_ROWS: usize = 9;
+        // Widths below one vector, with a tail after whole vectors, and after whole groups of
+        // two and four vectors.
+        for d_in in [5, 13, 24, 64, 579] {
+            let weights = values(WEIGHT_ROWS * d_in, 0.3);
+            let xs = values(INPUT_ROWS * d_in, 1.1);
+            let bf16 = Bf16Matrix::from_f32(&weights, WEIGHT_ROWS, d_in);
             let rounded: Vec<f32> = weights
                 .iter()
                 .map(|&w| half::bf16::from_f32(w).to_f32())
                 .collect();
             for (rows, reference) in [
-                (TileRows::F32(&weights), &weights),
-                (TileRows::Bf16(&bf16, 0), &rounded),
+                (WeightRows::F32(&weights), &weights),
+                (WeightRows::Bf16(&bf16, 0), &rounded),
             ] {
-                for (width, height) in
-                    (1..=MAX_TILE_WIDTH).flat_map(|w| (1..=MAX_TILE_HEIGHT).map(move |h| (w, h)))
-                {
-                    let mut dots: Dots = [[f32::NAN; MAX_TILE_WIDTH]; MAX_TILE_HEIGHT];
-                    avx2_dot_tile(rows, width, &xs[..height * d_in], height, d_in, &mut dots);
-                    for (r, dots) in dots.iter().enumerate().take(height) {
-                        for (c, &got) in dots.iter().enumerate().take(width) {
-                            let want = portable_dot(
-                                &xs[r * d_in..][..d_in],
-                                &reference[c * d_in..][..d_in],
-                            );
-                            assert!(
-                                (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
-                                "d_in {d_in}, tile {width}x{height}, ({r}, {c}): {got} vs {want}"
-                            );
-                        }
+                for height in 1..=INPUT_ROWS {
+                    let mut got = vec![f32::NAN; height * WEIGHT_ROWS];
+                    let write = |r: usize, c: usize, dot: f32| got[r * WEIGHT_ROWS + c] = dot;
+                    // SAFETY: AVX2 is available (checked above); `rows` holds WEIGHT_ROWS rows
+                    // and `xs` at least `height` rows of d_in values.
+                    unsafe { dot_rows(rows, WEIGHT_ROWS, &xs, height, d_in, write) };
+                    for (i, &got) in got.iter().enumerate() {
+                        let (r, c) = (i / WEIGHT_ROWS, i % WEIGHT_ROWS);
+                        let want =
+                            portable_dot(&xs[r * d_in..][..d_in], &reference[c * d_in..][..d_in]);
+                        assert!(
+                            (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                            "d_in {d_in}, {height} input rows, ({r}, {c}): {got} vs {want}"
+                        );
                     }
                 }
             }
