@@ -482,8 +482,9 @@ fn confidence_stops_end_chains_where_the_path_stops_paying() {
     let paths: Vec<f64> = full
         .confidences
         .iter()
-        .scan(1.0, |path, &c| {
-            *path *= calibration.acceptance(c);
+        .enumerate()
+        .scan(1.0, |path, (depth, &c)| {
+            *path *= calibration.acceptance(depth, c);
             Some(*path)
         })
         .collect();
