@@ -611,7 +611,7 @@ mod tests {
         assert!(t.keep_above > 0.0 && t.keep_above < 0.1, "{t:?}");
         assert!(t.extend_above >= t.keep_above);
         let stop = policy.chain_stop(t);
-        assert!((stop.calibration.acceptance(0, 0.9) - 0.88).abs() < 0.03);
+        assert!((stop.calibration.acceptance(0.9) - 0.88).abs() < 0.03);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //!
 //! The drafter's probability of the token it proposed (its confidence) predicts whether the
 //! target accepts it, but not exactly: [`ConfidenceCalibration`] learns the acceptance observed
-//! at each confidence and chain position from verification outcomes. A chain's tokens are accepted in order, so
+//! at each confidence from verification outcomes. A chain's tokens are accepted in order, so
 //! draft `j` pays only if all before it are accepted: its expected gain is the product of the
 //! calibrated acceptances up to it (its path probability). [`ChainStop`] keeps a token while
 //! its path probability covers the cost of its verification row, and drafts another while the
@@ -13,16 +13,8 @@
 /// Number of equal-width confidence bins.
 const BINS: usize = 10;
 
-/// Chain positions calibrated on their own; deeper tokens share the last one's calibration.
-/// A drafter's later tokens are predicted from its own earlier guesses, so the same
-/// confidence tends to mean less acceptance deeper in a chain.
-const CALIBRATED_DEPTHS: usize = 3;
-
 /// Weight, in outcomes, of the prior that the drafter's confidence is its acceptance.
 const PRIOR_OUTCOMES: f64 = 4.0;
-
-/// Weight, in outcomes, of the all-positions calibration as the prior of one position's.
-const DEPTH_PRIOR_OUTCOMES: f64 = 16.0;
 
 /// Most outcomes a bin remembers; older ones fade so that the calibration follows a change of
 /// workload.
@@ -31,47 +23,27 @@ const MEMORY_OUTCOMES: f64 = 2000.0;
 /// Acceptance assumed for the next draft before any outcome.
 const INITIAL_MEAN_ACCEPTANCE: f64 = 0.5;
 
-/// Fading counts of accepted and seen outcomes per confidence bin.
-#[derive(Clone, Debug, Default, PartialEq)]
-struct Bins {
-    accepted: [f64; BINS],
-    seen: [f64; BINS],
-}
-
-impl Bins {
-    fn observe(&mut self, bin: usize, accepted: bool) {
-        if self.seen[bin] >= MEMORY_OUTCOMES {
-            let keep = (MEMORY_OUTCOMES - 1.0) / MEMORY_OUTCOMES;
-            self.seen[bin] *= keep;
-            self.accepted[bin] *= keep;
-        }
-        self.seen[bin] += 1.0;
-        self.accepted[bin] += f64::from(u8::from(accepted));
-    }
-
-    /// Acceptance in `bin`, with `prior_outcomes` outcomes of acceptance `prior`.
-    fn acceptance(&self, bin: usize, prior: f64, prior_outcomes: f64) -> f64 {
-        (self.accepted[bin] + prior_outcomes * prior) / (self.seen[bin] + prior_outcomes)
-    }
-
-    /// Outcomes and accepted outcomes over all bins.
-    fn totals(&self) -> (f64, f64) {
-        (self.seen.iter().sum(), self.accepted.iter().sum())
-    }
-}
-
-/// The acceptance of draft tokens at each drafter confidence and chain position, learned from
-/// verification outcomes (a token's outcome counts only when every draft before it was
-/// accepted, so the calibration is of acceptance given the path so far). Each position's bins
-/// start from the all-positions estimate and move away from it as their own outcomes come in.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// The acceptance of draft tokens at each drafter confidence, learned from verification
+/// outcomes (a token's outcome counts only when every draft before it was accepted, so the
+/// calibration is of acceptance given the path so far).
+#[derive(Clone, Debug, PartialEq)]
 pub struct ConfidenceCalibration {
-    /// Outcomes of every position.
-    pooled: Bins,
-    /// Outcomes per chain position (the last also holds deeper ones).
-    by_depth: [Bins; CALIBRATED_DEPTHS],
+    /// Accepted outcomes per bin (fading).
+    accepted: [f64; BINS],
+    /// Outcomes per bin (fading).
+    seen: [f64; BINS],
     /// Outcomes taken in, in all.
     observed: u64,
+}
+
+impl Default for ConfidenceCalibration {
+    fn default() -> Self {
+        Self {
+            accepted: [0.0; BINS],
+            seen: [0.0; BINS],
+            observed: 0,
+        }
+    }
 }
 
 impl ConfidenceCalibration {
@@ -85,50 +57,46 @@ impl ConfidenceCalibration {
         self.observed
     }
 
-    /// The estimated probability that a draft token proposed with `confidence` at chain
-    /// position `depth` (0 for a chain's first token) is accepted, given that the drafts
-    /// before it were.
-    pub fn acceptance(&self, depth: usize, confidence: f32) -> f64 {
+    /// The estimated probability that a draft token proposed with `confidence` is accepted,
+    /// given that the drafts before it were.
+    pub fn acceptance(&self, confidence: f32) -> f64 {
         let confidence = f64::from(confidence).clamp(0.0, 1.0);
         let bin = bin_of(confidence);
-        let pooled = self.pooled.acceptance(bin, confidence, PRIOR_OUTCOMES);
-        self.by_depth[depth_of(depth)].acceptance(bin, pooled, DEPTH_PRIOR_OUTCOMES)
+        (self.accepted[bin] + PRIOR_OUTCOMES * confidence) / (self.seen[bin] + PRIOR_OUTCOMES)
     }
 
-    /// The acceptance of a draft token over all confidences and positions seen so far.
+    /// The acceptance of a draft token over all confidences seen so far.
     pub fn mean_acceptance(&self) -> f64 {
-        let (seen, accepted) = self.pooled.totals();
+        let seen: f64 = self.seen.iter().sum();
         if seen == 0.0 {
             return INITIAL_MEAN_ACCEPTANCE;
         }
-        accepted / seen
-    }
-
-    /// The acceptance of a draft token at chain position `depth`, over all confidences.
-    pub fn mean_acceptance_at(&self, depth: usize) -> f64 {
-        let (seen, accepted) = self.by_depth[depth_of(depth)].totals();
-        (accepted + DEPTH_PRIOR_OUTCOMES * self.mean_acceptance()) / (seen + DEPTH_PRIOR_OUTCOMES)
+        self.accepted.iter().sum::<f64>() / seen
     }
 
     /// Takes in one verified chain: its tokens' `confidences` in order, of which the first
     /// `accepted` were accepted. Tokens after the first rejection tell nothing and are skipped.
     pub fn observe_chain(&mut self, confidences: &[f32], accepted: usize) {
-        for (depth, &confidence) in confidences.iter().enumerate().take(accepted + 1) {
-            let bin = bin_of(f64::from(confidence).clamp(0.0, 1.0));
-            let outcome = depth < accepted;
-            self.pooled.observe(bin, outcome);
-            self.by_depth[depth_of(depth)].observe(bin, outcome);
-            self.observed += 1;
+        for (index, &confidence) in confidences.iter().enumerate().take(accepted + 1) {
+            self.observe(confidence, index < accepted);
         }
+    }
+
+    fn observe(&mut self, confidence: f32, accepted: bool) {
+        let bin = bin_of(f64::from(confidence).clamp(0.0, 1.0));
+        if self.seen[bin] >= MEMORY_OUTCOMES {
+            let keep = (MEMORY_OUTCOMES - 1.0) / MEMORY_OUTCOMES;
+            self.seen[bin] *= keep;
+            self.accepted[bin] *= keep;
+        }
+        self.seen[bin] += 1.0;
+        self.accepted[bin] += f64::from(u8::from(accepted));
+        self.observed += 1;
     }
 }
 
 fn bin_of(confidence: f64) -> usize {
     ((confidence * BINS as f64) as usize).min(BINS - 1)
-}
-
-fn depth_of(depth: usize) -> usize {
-    depth.min(CALIBRATED_DEPTHS - 1)
 }
 
 /// Where a confidence-gated chain stops, for one request and step: see the module
@@ -158,14 +126,14 @@ pub enum ChainStep {
 }
 
 impl ChainStop<'_> {
-    /// Takes the newest token's position in the chain (`depth`, 0 for the first), the path
-    /// probability of the chain before it (1 before the first token) and its confidence;
-    /// returns the decision and the path probability through that token.
-    pub fn step(&self, depth: usize, path: f64, confidence: f32) -> (ChainStep, f64) {
-        let path = path * self.calibration.acceptance(depth, confidence);
+    /// Takes the path probability of the chain so far (1 before its first token) and the
+    /// confidence of its newest token; returns the decision and the path probability through
+    /// that token.
+    pub fn step(&self, path: f64, confidence: f32) -> (ChainStep, f64) {
+        let path = path * self.calibration.acceptance(confidence);
         let decision = if path < self.keep_above {
             ChainStep::Drop
-        } else if path * self.calibration.mean_acceptance_at(depth + 1) < self.extend_above {
+        } else if path * self.calibration.mean_acceptance() < self.extend_above {
             ChainStep::KeepAndEnd
         } else {
             ChainStep::Extend
@@ -180,7 +148,7 @@ impl ChainStop<'_> {
         let mut path = 1.0;
         for (index, &confidence) in confidences.iter().enumerate() {
             let decision;
-            (decision, path) = self.step(index, path, confidence);
+            (decision, path) = self.step(path, confidence);
             match decision {
                 ChainStep::Extend => {}
                 ChainStep::KeepAndEnd => return index + 1,
@@ -198,8 +166,7 @@ mod tests {
     #[test]
     fn an_uncalibrated_drafter_is_taken_at_its_word() {
         let calibration = ConfidenceCalibration::new();
-        assert!((calibration.acceptance(0, 0.85) - 0.85).abs() < 1e-6);
-        assert_eq!(calibration.mean_acceptance_at(2), INITIAL_MEAN_ACCEPTANCE);
+        assert!((calibration.acceptance(0.85) - 0.85).abs() < 1e-6);
         assert_eq!(calibration.mean_acceptance(), INITIAL_MEAN_ACCEPTANCE);
     }
 
@@ -211,12 +178,12 @@ mod tests {
             calibration.observe_chain(&[0.92], usize::from(i % 5 == 0));
             calibration.observe_chain(&[0.15], usize::from(i % 2 == 0));
         }
-        assert!((calibration.acceptance(0, 0.95) - 0.2).abs() < 0.03);
-        assert!((calibration.acceptance(0, 0.12) - 0.5).abs() < 0.03);
+        assert!((calibration.acceptance(0.95) - 0.2).abs() < 0.03);
+        assert!((calibration.acceptance(0.12) - 0.5).abs() < 0.03);
         assert!((calibration.mean_acceptance() - 0.35).abs() < 1e-9);
         assert_eq!(calibration.observed(), 400);
         // A bin never observed keeps the prior.
-        assert!((calibration.acceptance(0, 0.55) - 0.55).abs() < 1e-6);
+        assert!((calibration.acceptance(0.55) - 0.55).abs() < 1e-6);
     }
 
     #[test]
@@ -224,16 +191,9 @@ mod tests {
         let mut calibration = ConfidenceCalibration::new();
         calibration.observe_chain(&[0.95, 0.95, 0.05, 0.05], 2);
         assert_eq!(calibration.observed(), 3);
-        assert_eq!(calibration.pooled.seen[9], 2.0);
-        assert_eq!(calibration.pooled.accepted[9], 2.0);
-        assert_eq!(
-            (calibration.pooled.seen[0], calibration.pooled.accepted[0]),
-            (1.0, 0.0)
-        );
-        // Positions 0 and 1 at 0.95, position 2 at 0.05.
-        assert_eq!(calibration.by_depth[0].seen[9], 1.0);
-        assert_eq!(calibration.by_depth[1].accepted[9], 1.0);
-        assert_eq!(calibration.by_depth[2].seen[0], 1.0);
+        assert_eq!(calibration.seen[9], 2.0);
+        assert_eq!(calibration.accepted[9], 2.0);
+        assert_eq!((calibration.seen[0], calibration.accepted[0]), (1.0, 0.0));
     }
 
     #[test]
@@ -245,9 +205,8 @@ mod tests {
         for _ in 0..3000 {
             calibration.observe_chain(&[0.5], 0);
         }
-        assert!(calibration.acceptance(0, 0.5) < 0.25);
-        assert!(calibration.pooled.seen[5] <= MEMORY_OUTCOMES + 1.0);
-        assert!(calibration.by_depth[0].seen[5] <= MEMORY_OUTCOMES + 1.0);
+        assert!(calibration.acceptance(0.5) < 0.25);
+        assert!(calibration.seen[5] <= MEMORY_OUTCOMES + 1.0);
     }
 
     #[test]
@@ -259,53 +218,18 @@ mod tests {
             extend_above: 0.2,
         };
         // Mean acceptance 0.5: extending needs a path of 0.4.
-        let (decision, path) = stop.step(0, 1.0, 0.9);
+        let (decision, path) = stop.step(1.0, 0.9);
         assert_eq!(decision, ChainStep::Extend);
-        let (decision, path) = stop.step(1, path, 0.5);
+        let (decision, path) = stop.step(path, 0.5);
         assert!((path - 0.45).abs() < 1e-6);
         assert_eq!(decision, ChainStep::Extend);
-        let (decision, path) = stop.step(2, path, 0.6);
+        let (decision, path) = stop.step(path, 0.6);
         assert_eq!(decision, ChainStep::KeepAndEnd, "path {path}");
-        assert_eq!(stop.step(3, path, 0.2).0, ChainStep::Drop);
-        assert_eq!(stop.step(0, 1.0, 0.05).0, ChainStep::Drop);
+        assert_eq!(stop.step(path, 0.2).0, ChainStep::Drop);
+        assert_eq!(stop.step(1.0, 0.05).0, ChainStep::Drop);
         assert_eq!(stop.cut(&[0.9, 0.5, 0.6, 0.9]), 3);
         assert_eq!(stop.cut(&[0.9, 0.5, 0.2]), 2);
         assert_eq!(stop.cut(&[0.9, 0.9]), 2);
         assert_eq!(stop.cut(&[0.05, 0.9]), 0);
-    }
-
-    #[test]
-    fn later_positions_are_calibrated_on_their_own() {
-        let mut calibration = ConfidenceCalibration::new();
-        // Confident everywhere, but only the first token is usually right: 9 in 10 first
-        // tokens are accepted, 2 in 9 second tokens after them.
-        for i in 0..1000 {
-            let accepted = match i % 10 {
-                0 => 0,
-                1 | 2 => 2,
-                _ => 1,
-            };
-            calibration.observe_chain(&[0.9, 0.9], accepted);
-        }
-        assert!((calibration.acceptance(0, 0.9) - 0.9).abs() < 0.02);
-        let second = calibration.acceptance(1, 0.9);
-        assert!((second - 0.22).abs() < 0.02, "{second}");
-        assert!(calibration.mean_acceptance_at(1) < 0.25);
-        assert!(calibration.mean_acceptance() > 0.5);
-        // A position without outcomes of its own takes the all-positions estimate.
-        let confidence = f64::from(0.9f32);
-        let pooled = calibration
-            .pooled
-            .acceptance(bin_of(confidence), confidence, PRIOR_OUTCOMES);
-        assert!((calibration.acceptance(2, 0.9) - pooled).abs() < 1e-9);
-        // The pooled mean (about 0.58) would extend past the first token (0.9 * 0.58 >= 0.3); the
-        // second position's own (about 0.23) ends the chain there.
-        let stop = ChainStop {
-            calibration: &calibration,
-            keep_above: 0.1,
-            extend_above: 0.3,
-        };
-        assert_eq!(stop.step(0, 1.0, 0.9).0, ChainStep::KeepAndEnd);
-        assert_eq!(stop.cut(&[0.9, 0.9, 0.9]), 1);
     }
 }

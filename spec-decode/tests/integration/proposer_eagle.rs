@@ -482,9 +482,8 @@ fn confidence_stops_end_chains_where_the_path_stops_paying() {
     let paths: Vec<f64> = full
         .confidences
         .iter()
-        .enumerate()
-        .scan(1.0, |path, (depth, &c)| {
-            *path *= calibration.acceptance(depth, c);
+        .scan(1.0, |path, &c| {
+            *path *= calibration.acceptance(c);
             Some(*path)
         })
         .collect();
