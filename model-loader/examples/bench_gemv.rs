@@ -6,8 +6,9 @@
 //!
 //! Builds the projections of all 30 layers (fused q/k/v 576 -> 960, o 576 -> 576, fused
 //! gate/up 576 -> 3072, down 1536 -> 576) and the tied lm_head (576 -> 49,152) with random
-//! weights in f32, Q8_0 and bf16, then runs them in order for 1, 4 and 128 input rows, as a
-//! decode step, a k = 3 verification and a prefill chunk do (through `project_rows` up to
+//! weights in f32, Q8_0 and bf16, then runs them in order for 1, 4, 8, 16 and 128 input rows,
+//! as a decode step, a k = 3 verification, batched decoding of 8 and 16 requests and a prefill
+//! chunk do (through `project_rows` up to
 //! `MAX_GEMV_ROWS` rows, `project_rows_gemm` beyond, as the engine chooses), each step on the kernel threads
 //! as the engine runs a forward pass, with the weights on huge pages as the engine keeps them.
 //! Prints milliseconds per step, the weight bytes streamed per second, and that rate as a
@@ -169,7 +170,7 @@ fn main() {
     for format in ["f32", "q8_0", "bf16"] {
         let stored = build(format);
         let mb = stored.bytes() as f64 / 1e6;
-        for rows in [1, 4, 128] {
+        for rows in [1, 4, 8, 16, 128] {
             let step = time_step(&stored, rows);
             let rate = stored.bytes() as f64 / step.as_secs_f64();
             println!(

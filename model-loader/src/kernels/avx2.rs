@@ -100,8 +100,14 @@ pub(super) unsafe fn dot_rows(
     }
 }
 
-/// Input rows that one pass over a weight row multiplies (eight accumulators at most).
-pub(super) const ROW_GROUP: usize = 4;
+/// Input rows that one pass over a weight row multiplies: with [`ACCUMULATORS`] each, eight
+/// accumulators in all. Taller inputs pass over the row again, from L1.
+pub(super) const ROW_GROUP: usize = 2;
+
+/// Independent accumulators per input row, enough chains in flight to hide the latency of the
+/// FMAs. The same for every group size, so that a row's dot product is summed in one order
+/// whatever the number of input rows beside it: a request's logits do not depend on the batch.
+const ACCUMULATORS: usize = 4;
 
 /// [`dot_rows`] for rows of bfloat16 (`BF16`) or `f32` values.
 ///
@@ -127,10 +133,8 @@ unsafe fn dot_rows_of<const BF16: bool>(
             // `group` input rows of d_in.
             unsafe {
                 match group {
-                    1 => row_dots::<1, 4, BF16>(row, x, d_in, &mut dots),
-                    2 => row_dots::<2, 4, BF16>(row, x, d_in, &mut dots),
-                    3 => row_dots::<3, 2, BF16>(row, x, d_in, &mut dots),
-                    _ => row_dots::<4, 2, BF16>(row, x, d_in, &mut dots),
+                    1 => row_dots::<1, BF16>(row, x, d_in, &mut dots),
+                    _ => row_dots::<2, BF16>(row, x, d_in, &mut dots),
                 }
             }
             for (r, &dot) in dots.iter().enumerate().take(group) {
@@ -141,14 +145,13 @@ unsafe fn dot_rows_of<const BF16: bool>(
     }
 }
 
-/// `dots[r] = xs[r] · row` for `H` input rows, with `A` independent accumulators per input
-/// row (enough chains in flight to hide the latency of the FMAs).
+/// `dots[r] = xs[r] · row` for `H` input rows, with [`ACCUMULATORS`] per input row.
 ///
 /// # Safety
 /// AVX2 and FMA must be available; `row` must hold `d_in` values and `xs` `H` rows of `d_in`.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn row_dots<const H: usize, const A: usize, const BF16: bool>(
+unsafe fn row_dots<const H: usize, const BF16: bool>(
     row: *const u8,
     xs: &[f32],
     d_in: usize,
@@ -156,11 +159,11 @@ unsafe fn row_dots<const H: usize, const A: usize, const BF16: bool>(
 ) {
     assert!(H <= ROW_GROUP && xs.len() >= H * d_in);
     let x = xs.as_ptr();
-    let mut acc = [[_mm256_setzero_ps(); A]; H];
-    let step = 8 * A;
+    let mut acc = [[_mm256_setzero_ps(); ACCUMULATORS]; H];
+    let step = 8 * ACCUMULATORS;
     let mut k = 0;
     while k + step <= d_in {
-        for a in 0..A {
+        for a in 0..ACCUMULATORS {
             // SAFETY: k + 8a + 8 <= d_in, inside the weight row and every input row.
             unsafe {
                 let w = load8(row, BF16, k + 8 * a);

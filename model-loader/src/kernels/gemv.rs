@@ -460,6 +460,16 @@ mod tests {
                             (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
                             "d_in {d_in}, {height} input rows, ({r}, {c}): {got} vs {want}"
                         );
+                        // The same bits as the input row multiplied on its own.
+                        let mut alone = f32::NAN;
+                        let write = |_: usize, col: usize, dot: f32| {
+                            if col == c {
+                                alone = dot;
+                            }
+                        };
+                        // SAFETY: as above, with one input row.
+                        unsafe { dot_rows(rows, WEIGHT_ROWS, &xs[r * d_in..], 1, d_in, write) };
+                        assert_eq!(got.to_bits(), alone.to_bits(), "d_in {d_in}, ({r}, {c})");
                     }
                 }
             }
@@ -540,6 +550,39 @@ mod tests {
                         (g - w).abs() <= 1e-4 * (1.0 + w.abs()),
                         "{label}: {g} vs {w}"
                     );
+                }
+            }
+        }
+    }
+
+    /// A request's logits must not depend on the batch it is verified in, or speculative
+    /// outputs would differ from plain ones: every format gives each input row the same bits
+    /// whatever the number of rows beside it.
+    #[test]
+    fn each_row_gets_the_same_bits_whatever_the_rows_beside_it() {
+        use crate::quant::{Bf16Matrix, Q8_0Matrix};
+        let (d_in, out, most_rows) = (160, 50, MAX_GEMV_ROWS);
+        let x = values(most_rows * d_in, 0.9);
+        let w = values(out * d_in, 1.7);
+        let q8 = Q8_0Matrix::quantize(&w, out, d_in).unwrap();
+        let bf16 = Bf16Matrix::from_f32(&w, out, d_in);
+        for weight in [
+            WeightRef::F32(&w),
+            WeightRef::Q8_0(&q8),
+            WeightRef::Bf16(&bf16),
+        ] {
+            let p = ProjectionRef { weight, bias: None };
+            let alone: Vec<Vec<f32>> = (0..most_rows)
+                .map(|r| project_rows(&x[r * d_in..][..d_in], 1, d_in, &[p]).remove(0))
+                .collect();
+            for rows in 1..=most_rows {
+                let got = project_rows(&x[..rows * d_in], rows, d_in, &[p]).remove(0);
+                for (r, got) in got.chunks_exact(out).enumerate() {
+                    let same = got
+                        .iter()
+                        .zip(&alone[r])
+                        .all(|(g, a)| g.to_bits() == a.to_bits());
+                    assert!(same, "{weight:?}: row {r} of {rows} differs from alone");
                 }
             }
         }
