@@ -8,9 +8,9 @@
 //! gate/up 576 -> 3072, down 1536 -> 576) and the tied lm_head (576 -> 49,152) with random
 //! weights in f32, Q8_0 and bf16, then runs them in order for 1, 4, 8, 16 and 128 input rows,
 //! as a decode step, a k = 3 verification, batched decoding of 8 and 16 requests and a prefill
-//! chunk do (through `project_rows` up to
-//! `MAX_GEMV_ROWS` rows, `project_rows_gemm` beyond, as the engine chooses), each step on the kernel threads
-//! as the engine runs a forward pass, with the weights on huge pages as the engine keeps them.
+//! chunk do (through `project_rows` up to `MAX_GEMV_ROWS` rows, `project_rows_gemm` beyond, as
+//! the engine chooses), each step on the kernel threads as the engine runs a forward pass, with
+//! the weights on huge pages as the engine keeps them.
 //! Prints milliseconds per step, the weight bytes streamed per second, and that rate as a
 //! ratio to a plain parallel read of a 512 MB buffer measured in the same run (the memory
 //! bandwidth the threads can draw). Times are the fastest of repeated steps; the weights
