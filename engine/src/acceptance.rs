@@ -11,8 +11,11 @@ use std::ops::Range;
 const REQUEST_SMOOTHING: f64 = 0.15;
 
 /// Weight of one verification outcome in the engine-wide estimate new requests start from
-/// (after the first outcomes of a row, which weigh alike).
-const PRIOR_SMOOTHING: f64 = 0.05;
+/// (after the first outcomes of a row, which weigh alike): about the last hundred outcomes
+/// count, so that with one or two requests in flight the estimate stays the drafter's typical
+/// acceptance instead of following the running request's streaks, which its own estimate
+/// already follows.
+const PRIOR_SMOOTHING: f64 = 0.01;
 
 /// Acceptance of the first draft row in the estimate an engine starts with, and the factor
 /// for each further row: optimistic enough that a new engine tries its drafter.
@@ -129,8 +132,11 @@ impl AcceptanceEstimate {
 }
 
 /// Weight of one outcome in the engine-wide measure of how far a request's own history
-/// predicts its next outcomes (after the first outcomes, which weigh alike).
-const PERSISTENCE_SMOOTHING: f64 = 0.01;
+/// predicts its next outcomes (after the first outcomes, which weigh alike): about the last
+/// five hundred outcomes count, because a regression slope over a hundred accepted-or-rejected
+/// outcomes swings by tens of percent from one window to the next, and a slope that happens
+/// to read high stops the drafts of every request after an unlucky run.
+const PERSISTENCE_SMOOTHING: f64 = 0.002;
 
 /// How much of a request's deviation from the engine-wide estimate is trusted before outcomes
 /// measured it.
