@@ -32,11 +32,8 @@ use aquila_spec_decode::proposer::{ChainStop, ConfidenceCalibration};
 use crate::acceptance::{AcceptanceEstimate, AcceptancePrior, MAX_PROBE_INTERVAL};
 use crate::config::DraftLength;
 use crate::goodput_guard::{Allowance, DecodeStep, GoodputGuard};
+use crate::output::RequestId;
 use crate::step_costs::{StepCosts, StepTiming};
-
-/// How much faster than drafting only the minimum the chosen drafts must be expected to make a
-/// step: the estimates are noisy, and a draft that only seems to pay costs real time.
-const MIN_EXPECTED_GAIN: f64 = 0.03;
 
 /// Verification outcomes of confident drafts the calibration needs before chains are gated.
 const MIN_CALIBRATION_OUTCOMES: u64 = 32;
@@ -54,6 +51,8 @@ const MIN_PROBE_INTERVAL: u32 = 4;
 /// One running request about to draft.
 #[derive(Debug)]
 pub(crate) struct DraftCandidate<'a> {
+    /// The request's id.
+    pub request_id: RequestId,
     /// Most draft tokens it may get (the drafter's maximum, or less near the context end).
     pub cap: usize,
     /// Its acceptance estimate (probes are recorded in it).
@@ -231,7 +230,11 @@ impl DraftPolicy {
             }
             DraftLength::Adaptive { min_draft_tokens } => min_draft_tokens,
         };
-        if self.guard.allowance(num_running) == Allowance::Plain {
+        let sole_request = match candidates {
+            [only] => Some(only.request_id),
+            _ => None,
+        };
+        if self.guard.allowance(num_running, sole_request) == Allowance::Plain {
             return DraftPlan::ungated(
                 candidates
                     .iter()
@@ -328,6 +331,8 @@ impl DraftPolicy {
         };
         let minimum_seconds = cost(0, depth);
         let minimum_rate = tokens / minimum_seconds;
+        // The highest expected rate wins, without a margin for the minimum: at one request in
+        // flight a draft token that pays gains a few percent, which a margin would give away.
         let (mut best, mut best_rate, mut best_seconds) = (0, minimum_rate, minimum_seconds);
         for (taken, &(gain, row, _)) in rows.iter().enumerate() {
             tokens += gain;
@@ -336,9 +341,6 @@ impl DraftPolicy {
             if tokens / seconds > best_rate {
                 (best, best_rate, best_seconds) = (taken + 1, tokens / seconds, seconds);
             }
-        }
-        if best_rate < minimum_rate * (1.0 + MIN_EXPECTED_GAIN) {
-            (best, best_rate, best_seconds) = (0, minimum_rate, minimum_seconds);
         }
         let row = forward[best + 1] - forward[best];
         let draft_step = self.costs.draft(2, 2) - self.costs.draft(1, 1);
@@ -425,7 +427,11 @@ mod tests {
         let running = estimates.len();
         let mut candidates: Vec<DraftCandidate<'_>> = estimates
             .iter_mut()
-            .map(|acceptance| DraftCandidate { cap, acceptance })
+            .map(|acceptance| DraftCandidate {
+                request_id: 0,
+                cap,
+                acceptance,
+            })
             .collect();
         policy.choose(running, 0, &mut candidates).lengths
     }
@@ -551,7 +557,11 @@ mod tests {
         let mut candidates: Vec<DraftCandidate<'_>> = two
             .iter_mut()
             .zip([3, 1])
-            .map(|(acceptance, cap)| DraftCandidate { cap, acceptance })
+            .map(|(acceptance, cap)| DraftCandidate {
+                request_id: 0,
+                cap,
+                acceptance,
+            })
             .collect();
         let plan = fixed.choose(running, 0, &mut candidates);
         assert_eq!(plan, DraftPlan::ungated(vec![3, 1]));
@@ -594,7 +604,11 @@ mod tests {
         let plan = |policy: &mut DraftPolicy, one: &mut [AcceptanceEstimate]| {
             let mut candidates: Vec<DraftCandidate<'_>> = one
                 .iter_mut()
-                .map(|acceptance| DraftCandidate { cap: 3, acceptance })
+                .map(|acceptance| DraftCandidate {
+                    request_id: 0,
+                    cap: 3,
+                    acceptance,
+                })
                 .collect();
             policy.choose(1, 0, &mut candidates)
         };
@@ -623,7 +637,11 @@ mod tests {
             let mut sixteen = estimates(16, rates);
             let mut candidates: Vec<DraftCandidate<'_>> = sixteen
                 .iter_mut()
-                .map(|acceptance| DraftCandidate { cap: 3, acceptance })
+                .map(|acceptance| DraftCandidate {
+                    request_id: 0,
+                    cap: 3,
+                    acceptance,
+                })
                 .collect();
             policy.choose(16, 0, &mut candidates)
         };
@@ -645,6 +663,7 @@ mod tests {
         calibrated(&mut policy, 64, 2);
         let mut hopeless = estimates(1, &[0.0; 3]);
         let mut candidates = [DraftCandidate {
+            request_id: 0,
             cap: 3,
             acceptance: &mut hopeless[0],
         }];

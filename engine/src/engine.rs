@@ -703,6 +703,7 @@ impl<B: KernelBackend> Speculation<B> {
                 .zip(caps)
                 .filter_map(|(entry, cap)| {
                     cap.map(|cap| DraftCandidate {
+                        request_id: entry.request.id,
                         cap,
                         acceptance: &mut entry.request.acceptance,
                     })

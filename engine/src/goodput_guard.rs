@@ -24,10 +24,18 @@
 //! A batch size seen for the first time starts from the verdict of the nearest batch size that
 //! has one; in a new engine the two modes take turns until both are measured.
 //!
+//! At one request in flight both rates describe one request's text, and how well a drafter
+//! serves text varies from request to request far more than the machine's speed does. So a
+//! verdict against drafting reached there lasts only as long as its request: when another
+//! request takes its place, drafting is explored at once and the wait starts over. (At larger
+//! batches each rate averages over many requests and they are replaced continually, so a
+//! verdict holds for its wait.)
+//!
 //! A step is charged the drafting call that produced the drafts it verifies (made at the end of
 //! the previous step) besides its own forward and verification, so that a drafting step carries
 //! the whole cost of its drafts.
 
+use crate::output::RequestId;
 use std::collections::HashMap;
 
 /// Weight of a new step in the smoothed tokens and seconds of a mode (about the last 20 steps
@@ -163,17 +171,32 @@ struct BatchRates {
     exploring: bool,
     interval: u64,
     next_exploration: u64,
+    /// At one request in flight, the request of the last step.
+    sole_request: Option<RequestId>,
 }
 
 impl BatchRates {
     /// The mode of the coming step. A batch size seen for the first time takes `inherited` as
     /// its verdict when given; without a verdict the two modes take turns until both are
     /// measured; a verdict holds until an exploration is due, which measures the other mode
-    /// afresh (its rate starts over) and compares again.
-    fn allowance(&mut self, inherited: Option<Allowance>) -> Allowance {
+    /// afresh (its rate starts over) and compares again. `sole_request` is the request running
+    /// when it is the only one: a verdict against drafting reached on another request is
+    /// explored at once.
+    fn allowance(
+        &mut self,
+        inherited: Option<Allowance>,
+        sole_request: Option<RequestId>,
+    ) -> Allowance {
         self.decided += 1;
         if let (1, None, Some(verdict)) = (self.decided, self.verdict, inherited) {
             self.settle(verdict, EXPLORE_EVERY);
+        }
+        if sole_request.is_some() && sole_request != self.sole_request {
+            if self.verdict == Some(Allowance::Plain) && !self.exploring {
+                self.interval = EXPLORE_EVERY;
+                self.next_exploration = self.decided;
+            }
+            self.sole_request = sole_request;
         }
         let Some(verdict) = self.verdict else {
             if let Some(judgement) = self.judge(FULL) {
@@ -283,7 +306,10 @@ impl GoodputGuard {
     /// time starts from the verdict of the nearest one that has one (drafting rarely pays at 15
     /// requests where it lost at 16), so that a batch shrinking one request at a time does not
     /// measure both modes anew at every size.
-    pub fn allowance(&mut self, num_running: usize) -> Allowance {
+    ///
+    /// `sole_request` names the request running when `num_running` is 1 (`None` otherwise, or
+    /// where unknown).
+    pub fn allowance(&mut self, num_running: usize, sole_request: Option<RequestId>) -> Allowance {
         // Only a batch size met for the first time looks for a neighbour's verdict.
         let nearest = if self.by_batch.contains_key(&num_running) {
             None
@@ -297,7 +323,7 @@ impl GoodputGuard {
         self.by_batch
             .entry(num_running)
             .or_default()
-            .allowance(nearest)
+            .allowance(nearest, sole_request.filter(|_| num_running == 1))
     }
 
     /// Takes in the seconds of the drafting call just made (for the drafts of the next step).
@@ -406,7 +432,7 @@ mod tests {
     fn run(guard: &mut GoodputGuard, num_running: usize, steps: usize, machine: Machine) -> usize {
         let mut drafted = 0;
         for _ in 0..steps {
-            let drafts = guard.allowance(num_running) == Allowance::Draft;
+            let drafts = guard.allowance(num_running, None) == Allowance::Draft;
             drafted += usize::from(drafts);
             guard.observe_draft_call(if drafts { machine.call_seconds } else { 0.0 });
             guard.observe_decode(
@@ -538,7 +564,7 @@ mod tests {
     ) -> usize {
         let mut drafted = 0;
         for step in 0..steps {
-            let drafts = guard.allowance(1) == Allowance::Draft;
+            let drafts = guard.allowance(1, Some(0)) == Allowance::Draft;
             drafted += usize::from(drafts);
             guard.observe_draft_call(if drafts { 0.005 } else { 0.0 });
             let step = DecodeStep {
@@ -602,14 +628,15 @@ mod tests {
     /// `acceptance`, in `seconds` per drafting step against `plain_seconds` per plain step,
     /// every step's time varying by up to 10% either way; `seed` seeds the noise.
     fn run_jittered(seed: u64, acceptance: f64, seconds: f64, plain_seconds: f64) -> JitteredRun {
-        run_changing(seed, |_| acceptance, seconds, plain_seconds)
+        run_changing(seed, |_| (0, acceptance), seconds, plain_seconds)
     }
 
-    /// [`run_jittered`] with an acceptance that depends on the step (`acceptance(step)`); the
-    /// efficiency is against the faster mode at the run's mean acceptance.
+    /// [`run_jittered`] with the request and its acceptance depending on the step
+    /// (`request(step)`); the efficiency is against the faster mode at the run's mean
+    /// acceptance.
     fn run_changing(
         seed: u64,
-        acceptance: impl Fn(usize) -> f64,
+        request: impl Fn(usize) -> (RequestId, f64),
         seconds: f64,
         plain_seconds: f64,
     ) -> JitteredRun {
@@ -617,14 +644,12 @@ mod tests {
         let mut noise = Noise(seed);
         let (mut drafted, mut total_tokens, mut total_seconds) = (0, 0, 0.0);
         for step in 0..2000 {
-            let drafts = guard.allowance(1) == Allowance::Draft;
+            let (id, acceptance) = request(step);
+            let drafts = guard.allowance(1, Some(id)) == Allowance::Draft;
             drafted += usize::from(drafts);
             let jitter = 0.9 + 0.2 * noise.next();
             let (tokens, seconds) = match drafts {
-                true => (
-                    1 + usize::from(noise.next() < acceptance(step)),
-                    seconds * jitter,
-                ),
+                true => (1 + usize::from(noise.next() < acceptance), seconds * jitter),
                 false => (1, plain_seconds * jitter),
             };
             (total_tokens, total_seconds) = (total_tokens + tokens, total_seconds + seconds);
@@ -636,7 +661,7 @@ mod tests {
             };
             guard.observe_decode(&step, drafts);
         }
-        let mean_acceptance = (0..2000).map(&acceptance).sum::<f64>() / 2000.0;
+        let mean_acceptance = (0..2000).map(|step| request(step).1).sum::<f64>() / 2000.0;
         let faster = ((1.0 + mean_acceptance) / seconds).max(1.0 / plain_seconds);
         JitteredRun {
             drafted,
@@ -695,29 +720,72 @@ mod tests {
         assert_efficient(&[0.046, 0.048, 0.050], 0.985, 0.95);
     }
 
-    #[test]
-    fn a_drafter_that_pays_over_changing_prompts_is_not_locked_out() {
-        // Stretches of 150 steps that the drafter serves badly (acceptance 0.05) and well
-        // (0.55) in turn, as one request after another: drafting 1.3 tokens per 0.049 s on
-        // average against 1 per 0.0395 s, 5% more tokens per second, but 15% fewer in the
-        // bad stretches. Stopped in a bad stretch, drafting must come back in the good ones,
-        // so that the guard costs little against always drafting.
+    /// The mean and the lowest efficiency over 40 seeds of [`run_changing`] through requests
+    /// of `request_steps` steps each, drafting 1 token per 0.049 s against 1 per 0.0395 s, with
+    /// the acceptance of each request given by `acceptance(request)`.
+    fn efficiency_over_requests(
+        request_steps: usize,
+        acceptance: impl Fn(usize) -> f64,
+        tell_requests: bool,
+    ) -> (f64, f64) {
         let runs: Vec<f64> = (0..40)
             .map(|seed| {
-                let acceptance = |step: usize| {
-                    if (step / 150).is_multiple_of(2) {
-                        0.05
+                let request = |step: usize| {
+                    let request = step / request_steps;
+                    let id = if tell_requests {
+                        request as RequestId
                     } else {
-                        0.55
-                    }
+                        0
+                    };
+                    (id, acceptance(request))
                 };
-                run_changing(seed, acceptance, 0.049, 0.0395).efficiency
+                run_changing(seed, request, 0.049, 0.0395).efficiency
             })
             .collect();
         let mean = runs.iter().sum::<f64>() / runs.len() as f64;
-        let lowest = runs.iter().copied().fold(f64::INFINITY, f64::min);
+        (mean, runs.iter().copied().fold(f64::INFINITY, f64::min))
+    }
+
+    #[test]
+    fn a_drafter_that_pays_over_changing_prompts_is_not_locked_out() {
+        // Stretches of 150 steps that the drafter serves badly (acceptance 0.05) and well
+        // (0.55) in turn, within one request: drafting 1.3 tokens per 0.049 s on average
+        // against 1 per 0.0395 s, 5% more tokens per second, but 15% fewer in the bad
+        // stretches. Stopped in a bad stretch, drafting must come back in the good ones, so
+        // that the guard costs little against always drafting.
+        let alternating = |stretch: usize| {
+            if stretch.is_multiple_of(2) {
+                0.05
+            } else {
+                0.55
+            }
+        };
+        let (mean, lowest) = efficiency_over_requests(150, alternating, false);
         assert!(mean >= 0.97, "mean efficiency {mean}");
         assert!(lowest >= 0.95, "lowest efficiency {lowest}");
+    }
+
+    #[test]
+    fn at_one_request_a_verdict_against_drafting_lasts_only_its_request() {
+        // Requests of 60 steps: the first three served badly (acceptance 0.05: drafting 15%
+        // slower than plain decoding), then one in four badly and the rest well (0.55: 23%
+        // faster). Stopped by the first ones, drafting must come back with the requests after
+        // them, so that the guard, told which request runs, beats either mode run throughout.
+        let acceptance = |request: usize| {
+            if request < 3 || request.is_multiple_of(4) {
+                0.05
+            } else {
+                0.55
+            }
+        };
+        let (mean, lowest) = efficiency_over_requests(60, acceptance, true);
+        assert!(mean >= 1.0, "mean efficiency {mean}");
+        assert!(lowest >= 0.98, "lowest efficiency {lowest}");
+        // A drafter that loses on every request is measured once per request: that costs
+        // little.
+        let (mean, lowest) = efficiency_over_requests(60, |_| 0.05, true);
+        assert!(mean >= 0.97, "mean efficiency {mean}");
+        assert!(lowest >= 0.965, "lowest efficiency {lowest}");
     }
 
     #[test]

@@ -3,8 +3,8 @@
 //! own timings. Forward costs are medians of the recent timings per row count (a step that the
 //! operating system preempted takes twice as long, and an average would carry that into the
 //! cost of a row, which decides how much to draft), or the fastest timing of a row count timed
-//! only once or twice; unmeasured points are
-//! interpolated between measured ones; beyond the largest measured forward the cost grows in
+//! only once or twice; the curve is the lower convex hull of those costs (a size measured
+//! above it was measured in worse conditions), interpolated between its points; beyond the largest measured forward the cost grows in
 //! proportion to the rows (compute-bound), below the smallest it stays flat (memory-bound).
 //! Drafting costs are a least-squares fit over the recent drafting calls: each draft step (a
 //! depth) costs a fixed part, each draft token a part of its own.
@@ -88,27 +88,48 @@ impl CostCurve {
         self.by_size.entry(size).or_default().observe(seconds);
     }
 
-    /// The measured neighbours of `size`: the nearest at or below, and the nearest above.
-    fn neighbours(&self, size: usize) -> (Option<Point>, Option<Point>) {
-        let below = self.by_size.range(..=size).next_back();
-        let above = self.by_size.range(size + 1..).next();
-        let point = |(&s, c): (&usize, &RecentTimings)| (s, c.cost());
-        (below.map(point), above.map(point))
-    }
-
-    /// Linear interpolation between the measured neighbours of `size`; `beyond` extends the
-    /// curve past the largest measured size. `None` before any measurement.
-    fn estimate(&self, size: usize, beyond: impl Fn(usize, f64) -> f64) -> Option<f64> {
-        match self.neighbours(size) {
-            (Some((s, cost)), _) if s == size => Some(cost),
-            (Some((s0, c0)), Some((s1, c1))) => {
-                let t = (size - s0) as f64 / (s1 - s0) as f64;
-                Some(c0 + t * (c1 - c0))
+    /// The measured sizes and their costs that lie on the curve's lower convex hull, by size.
+    /// A forward's cost is convex in its rows (flat while the weights' streaming dominates,
+    /// then growing by a fixed cost per row), so a size measured above the hull of the others
+    /// was measured in worse conditions than they were (a longer context, a busy machine, a
+    /// size last run long ago): the hull, not that median, is its cost.
+    fn lower_hull(&self) -> Vec<Point> {
+        let mut hull: Vec<Point> = Vec::with_capacity(self.by_size.len());
+        for (&size, timings) in &self.by_size {
+            let point = (size, timings.cost());
+            while let [.., a, b] = hull[..] {
+                if turns_upward(a, b, point) {
+                    break;
+                }
+                hull.pop();
             }
-            (None, Some((_, c1))) => Some(c1),
-            (Some((s0, c0)), None) => Some(beyond(s0, c0)),
-            (None, None) => None,
+            hull.push(point);
         }
+        hull
+    }
+}
+
+/// Whether the path `a`, `b`, `c` (sizes increasing) bends upward at `b`, so that `b` lies
+/// below the chord from `a` to `c`.
+fn turns_upward(a: Point, b: Point, c: Point) -> bool {
+    let (ab_size, ab_cost) = ((b.0 - a.0) as f64, b.1 - a.1);
+    let (ac_size, ac_cost) = ((c.0 - a.0) as f64, c.1 - a.1);
+    ab_size * ac_cost - ab_cost * ac_size > 0.0
+}
+
+/// Linear interpolation between the points of `hull` (by size) around `size`; `beyond`
+/// extends it past the largest size; flat below the smallest. `None` for an empty hull.
+fn interpolate(hull: &[Point], size: usize, beyond: impl Fn(usize, f64) -> f64) -> Option<f64> {
+    let above = hull.partition_point(|&(s, _)| s <= size);
+    match (above.checked_sub(1).map(|i| hull[i]), hull.get(above)) {
+        (Some((s, cost)), _) if s == size => Some(cost),
+        (Some((s0, c0)), Some(&(s1, c1))) => {
+            let t = (size - s0) as f64 / (s1 - s0) as f64;
+            Some(c0 + t * (c1 - c0))
+        }
+        (None, Some(&(_, c1))) => Some(c1),
+        (Some((s0, c0)), None) => Some(beyond(s0, c0)),
+        (None, None) => None,
     }
 }
 
@@ -227,11 +248,10 @@ impl StepCosts {
     /// `first_rows + extra_rows` rows: non-decreasing, each row costing at least a small
     /// fraction of the cheapest measured forward. `None` before any measured forward.
     pub fn forward_curve(&self, first_rows: usize, extra_rows: usize) -> Option<Vec<f64>> {
-        let at = |rows: usize| {
-            self.forward
-                .estimate(rows, |s0, c0| c0 * rows as f64 / s0.max(1) as f64)
-        };
-        let cheapest = self.forward.by_size.values().next()?.cost();
+        let hull = self.forward.lower_hull();
+        let at =
+            |rows: usize| interpolate(&hull, rows, |s0, c0| c0 * rows as f64 / s0.max(1) as f64);
+        let cheapest = hull.first()?.1;
         let min_step = MIN_ROW_COST * cheapest;
         let mut curve = Vec::with_capacity(extra_rows + 1);
         let mut previous = f64::NEG_INFINITY;
@@ -268,6 +288,24 @@ mod tests {
             draft: Duration::ZERO,
             other: Duration::ZERO,
         });
+    }
+
+    #[test]
+    fn a_size_measured_above_the_lower_hull_costs_what_the_hull_says() {
+        let mut costs = StepCosts::default();
+        for _ in 0..3 {
+            forward(&mut costs, 1, 19);
+            // Last measured in a longer context: dearer than one more row can be.
+            forward(&mut costs, 2, 23);
+            forward(&mut costs, 9, 27);
+        }
+        let curve = costs.forward_curve(1, 8).unwrap();
+        assert!(
+            (curve[1] - 0.020).abs() < 1e-9,
+            "row 2 on the hull: {curve:?}"
+        );
+        assert!((curve[8] - 0.027).abs() < 1e-9, "{curve:?}");
+        assert!((curve[0] - 0.019).abs() < 1e-9, "{curve:?}");
     }
 
     #[test]
