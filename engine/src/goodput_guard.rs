@@ -746,6 +746,15 @@ mod tests {
         (mean, runs.iter().copied().fold(f64::INFINITY, f64::min))
     }
 
+    /// The acceptance of a drafter serving text well (0.55) or badly (0.05).
+    fn served_well(well: bool) -> f64 {
+        if well {
+            0.55
+        } else {
+            0.05
+        }
+    }
+
     #[test]
     fn a_drafter_that_pays_over_changing_prompts_is_not_locked_out() {
         // Stretches of 150 steps that the drafter serves badly (acceptance 0.05) and well
@@ -753,13 +762,7 @@ mod tests {
         // against 1 per 0.0395 s, 5% more tokens per second, but 15% fewer in the bad
         // stretches. Stopped in a bad stretch, drafting must come back in the good ones, so
         // that the guard costs little against always drafting.
-        let alternating = |stretch: usize| {
-            if stretch.is_multiple_of(2) {
-                0.05
-            } else {
-                0.55
-            }
-        };
+        let alternating = |stretch: usize| served_well(!stretch.is_multiple_of(2));
         let (mean, lowest) = efficiency_over_requests(150, alternating, false);
         assert!(mean >= 0.97, "mean efficiency {mean}");
         assert!(lowest >= 0.95, "lowest efficiency {lowest}");
@@ -771,19 +774,13 @@ mod tests {
         // slower than plain decoding), then one in four badly and the rest well (0.55: 23%
         // faster). Stopped by the first ones, drafting must come back with the requests after
         // them, so that the guard, told which request runs, beats either mode run throughout.
-        let acceptance = |request: usize| {
-            if request < 3 || request.is_multiple_of(4) {
-                0.05
-            } else {
-                0.55
-            }
-        };
+        let acceptance = |request: usize| served_well(request >= 3 && !request.is_multiple_of(4));
         let (mean, lowest) = efficiency_over_requests(60, acceptance, true);
         assert!(mean >= 1.0, "mean efficiency {mean}");
         assert!(lowest >= 0.98, "lowest efficiency {lowest}");
         // A drafter that loses on every request is measured once per request: that costs
         // little.
-        let (mean, lowest) = efficiency_over_requests(60, |_| 0.05, true);
+        let (mean, lowest) = efficiency_over_requests(60, |_| served_well(false), true);
         assert!(mean >= 0.97, "mean efficiency {mean}");
         assert!(lowest >= 0.965, "lowest efficiency {lowest}");
     }
