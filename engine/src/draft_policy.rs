@@ -31,7 +31,7 @@ use aquila_spec_decode::proposer::{ChainStop, ConfidenceCalibration};
 
 use crate::acceptance::{AcceptanceEstimate, AcceptancePrior, MAX_PROBE_INTERVAL};
 use crate::config::DraftLength;
-use crate::goodput_guard::{Allowance, DecodeStep, GoodputGuard};
+use crate::goodput_guard::{Allowance, DecodeStep, GoodputGuard, SoleRequest};
 use crate::output::RequestId;
 use crate::step_costs::{StepCosts, StepTiming};
 
@@ -230,11 +230,14 @@ impl DraftPolicy {
             }
             DraftLength::Adaptive { min_draft_tokens } => min_draft_tokens,
         };
-        let sole_request = match candidates {
-            [only] => Some(only.request_id),
+        let sole = match candidates {
+            [only] => Some(SoleRequest {
+                id: only.request_id,
+                plain_step_seconds: self.costs.plain_step(),
+            }),
             _ => None,
         };
-        if self.guard.allowance(num_running, sole_request) == Allowance::Plain {
+        if self.guard.allowance(num_running, sole) == Allowance::Plain {
             return DraftPlan::ungated(
                 candidates
                     .iter()

@@ -29,7 +29,14 @@
 //! verdict against drafting reached there lasts only as long as its request: when another
 //! request takes its place, drafting is explored at once and the wait starts over. (At larger
 //! batches each rate averages over many requests and they are replaced continually, so a
-//! verdict holds for its wait.)
+//! verdict holds for its wait.) There, too, plain decoding is priced by the policy's cost
+//! model when it can be: a plain step of one request emits one token in the time of a one-row
+//! forward and the rest of a step. While drafting measures faster than that price, an
+//! exploration that falls due before the longest wait confirms the verdict without running a
+//! plain step, and the wait grows as after a confirming exploration; plain steps are measured
+//! where drafting measures no faster than the price, and once the wait has grown to the
+//! longest, so that a model that prices plain decoding too dear keeps a losing drafter on for
+//! one longest wait at most.
 //!
 //! A step is charged the drafting call that produced the drafts it verifies (made at the end of
 //! the previous step) besides its own forward and verification, so that a drafting step carries
@@ -82,6 +89,16 @@ pub(crate) enum Allowance {
     Draft,
     /// Nobody drafts (no probes either).
     Plain,
+}
+
+/// The request running alone, and what the cost model expects a plain step of it to take.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct SoleRequest {
+    /// The request.
+    pub id: RequestId,
+    /// Seconds of one plain step (a one-row forward and the rest of a step) by the cost
+    /// model; `None` before the model has timed a forward.
+    pub plain_step_seconds: Option<f64>,
 }
 
 /// One decode step as the guard sees it.
@@ -179,14 +196,12 @@ impl BatchRates {
     /// The mode of the coming step. A batch size seen for the first time takes `inherited` as
     /// its verdict when given; without a verdict the two modes take turns until both are
     /// measured; a verdict holds until an exploration is due, which measures the other mode
-    /// afresh (its rate starts over) and compares again. `sole_request` is the request running
-    /// when it is the only one: a verdict against drafting reached on another request is
-    /// explored at once.
-    fn allowance(
-        &mut self,
-        inherited: Option<Allowance>,
-        sole_request: Option<RequestId>,
-    ) -> Allowance {
+    /// afresh (its rate starts over) and compares again. `sole` is the request running when it
+    /// is the only one: a verdict against drafting reached on another request is explored at
+    /// once, and a verdict for drafting that measures faster than the model's price of a plain
+    /// step is confirmed without exploring.
+    fn allowance(&mut self, inherited: Option<Allowance>, sole: Option<SoleRequest>) -> Allowance {
+        let sole_request = sole.map(|sole| sole.id);
         self.decided += 1;
         if let (1, None, Some(verdict)) = (self.decided, self.verdict, inherited) {
             self.settle(verdict, EXPLORE_EVERY);
@@ -249,9 +264,27 @@ impl BatchRates {
         if self.decided < self.next_exploration {
             return verdict;
         }
+        let plain_step_seconds = sole.and_then(|sole| sole.plain_step_seconds);
+        if verdict == Allowance::Draft
+            && self.interval < MAX_EXPLORE_INTERVAL
+            && self.drafting_beats_priced_plain(plain_step_seconds)
+        {
+            let interval = self.interval * FULL.interval_growth;
+            self.settle(verdict, interval.min(MAX_EXPLORE_INTERVAL));
+            return verdict;
+        }
         self.exploring = true;
         self.rate_mut(explored).restart();
         explored
+    }
+
+    /// Whether drafting measures more tokens per second than one request's plain steps of
+    /// `plain_step_seconds` each (one token a step) would emit.
+    fn drafting_beats_priced_plain(&self, plain_step_seconds: Option<f64>) -> bool {
+        match (self.drafting.per_second(MIN_STEPS), plain_step_seconds) {
+            (Some(drafting), Some(seconds)) if seconds > 0.0 => drafting > 1.0 / seconds,
+            _ => false,
+        }
     }
 
     /// Ends an exploration that confirmed `verdict` with `evidence`: the wait for the next one
@@ -307,9 +340,9 @@ impl GoodputGuard {
     /// requests where it lost at 16), so that a batch shrinking one request at a time does not
     /// measure both modes anew at every size.
     ///
-    /// `sole_request` names the request running when `num_running` is 1 (`None` otherwise, or
-    /// where unknown).
-    pub fn allowance(&mut self, num_running: usize, sole_request: Option<RequestId>) -> Allowance {
+    /// `sole` names the request running when `num_running` is 1 and the model's price of its
+    /// plain step (`None` otherwise, or where unknown).
+    pub fn allowance(&mut self, num_running: usize, sole: Option<SoleRequest>) -> Allowance {
         // Only a batch size met for the first time looks for a neighbour's verdict.
         let nearest = if self.by_batch.contains_key(&num_running) {
             None
@@ -323,7 +356,7 @@ impl GoodputGuard {
         self.by_batch
             .entry(num_running)
             .or_default()
-            .allowance(nearest, sole_request.filter(|_| num_running == 1))
+            .allowance(nearest, sole.filter(|_| num_running == 1))
     }
 
     /// Takes in the seconds of the drafting call just made (for the drafts of the next step).
@@ -430,9 +463,29 @@ mod tests {
     /// Runs `steps` decode steps at `num_running` requests in the engine's order (the guard
     /// decides, the drafting call runs, the step runs); returns how many steps drafted.
     fn run(guard: &mut GoodputGuard, num_running: usize, steps: usize, machine: Machine) -> usize {
+        run_priced(guard, num_running, steps, machine, None)
+    }
+
+    /// The request running alone (id 0), its plain step priced at `plain_step_seconds`.
+    fn alone(plain_step_seconds: Option<f64>) -> Option<SoleRequest> {
+        Some(SoleRequest {
+            id: 0,
+            plain_step_seconds,
+        })
+    }
+
+    /// [`run`] with the cost model's price of a plain step at one request, where given.
+    fn run_priced(
+        guard: &mut GoodputGuard,
+        num_running: usize,
+        steps: usize,
+        machine: Machine,
+        plain_step_seconds: Option<f64>,
+    ) -> usize {
+        let sole = plain_step_seconds.and_then(|price| alone(Some(price)));
         let mut drafted = 0;
         for _ in 0..steps {
-            let drafts = guard.allowance(num_running, None) == Allowance::Draft;
+            let drafts = guard.allowance(num_running, sole) == Allowance::Draft;
             drafted += usize::from(drafts);
             guard.observe_draft_call(if drafts { machine.call_seconds } else { 0.0 });
             guard.observe_decode(
@@ -495,6 +548,46 @@ mod tests {
         let mut guard = GoodputGuard::default();
         let drafted = run(&mut guard, 1, 320, ONE_REQUEST);
         assert_eq!(drafted, 320 - TURNS / 2 - EXPLORED);
+    }
+
+    #[test]
+    fn at_one_request_drafting_faster_than_the_priced_plain_step_runs_no_plain_step() {
+        let priced = Some(ONE_REQUEST.plain_seconds);
+        let drafted = run_priced(&mut GoodputGuard::default(), 1, 320, ONE_REQUEST, priced);
+        assert_eq!(drafted, 320 - TURNS / 2);
+        // Once the wait has grown to the longest, plain steps are measured again.
+        let drafted = run_priced(&mut GoodputGuard::default(), 1, 1000, ONE_REQUEST, priced);
+        assert!(drafted < 1000 - TURNS / 2, "{drafted}");
+    }
+
+    #[test]
+    fn at_one_request_drafting_slower_than_the_priced_plain_step_is_still_stopped() {
+        // 2 tokens in 0.06 s against 1 in 0.02 s, priced right or too dear.
+        let machine = Machine {
+            plain_seconds: 0.02,
+            tokens: 2,
+            seconds: 0.02,
+            call_seconds: 0.04,
+        };
+        for price in [0.02, 0.04] {
+            let drafted = run_priced(&mut GoodputGuard::default(), 1, 320, machine, Some(price));
+            assert_eq!(drafted, TURNS / 2 + EXPLORED, "priced at {price} s");
+        }
+    }
+
+    #[test]
+    fn at_one_request_a_priced_plain_step_keeps_more_of_a_small_gain() {
+        // Drafting 6% faster than plain decoding through noisy steps: the explorations the
+        // price saves are plain steps that would have emitted less.
+        let efficiency = |price: Option<f64>| {
+            (0..40)
+                .map(|seed| run_changing(seed, |_| (0, 0.32), 0.049, 0.0395, price).efficiency)
+                .sum::<f64>()
+                / 40.0
+        };
+        let (explored, priced) = (efficiency(None), efficiency(Some(0.0395)));
+        assert!(priced > explored, "{priced} against {explored}");
+        assert!(priced >= 0.995, "{priced}");
     }
 
     #[test]
@@ -564,7 +657,7 @@ mod tests {
     ) -> usize {
         let mut drafted = 0;
         for step in 0..steps {
-            let drafts = guard.allowance(1, Some(0)) == Allowance::Draft;
+            let drafts = guard.allowance(1, alone(None)) == Allowance::Draft;
             drafted += usize::from(drafts);
             guard.observe_draft_call(if drafts { 0.005 } else { 0.0 });
             let step = DecodeStep {
@@ -628,24 +721,29 @@ mod tests {
     /// `acceptance`, in `seconds` per drafting step against `plain_seconds` per plain step,
     /// every step's time varying by up to 10% either way; `seed` seeds the noise.
     fn run_jittered(seed: u64, acceptance: f64, seconds: f64, plain_seconds: f64) -> JitteredRun {
-        run_changing(seed, |_| (0, acceptance), seconds, plain_seconds)
+        run_changing(seed, |_| (0, acceptance), seconds, plain_seconds, None)
     }
 
     /// [`run_jittered`] with the request and its acceptance depending on the step
-    /// (`request(step)`); the efficiency is against the faster mode at the run's mean
-    /// acceptance.
+    /// (`request(step)`), and plain steps priced at `plain_step_seconds` where given; the
+    /// efficiency is against the faster mode at the run's mean acceptance.
     fn run_changing(
         seed: u64,
         request: impl Fn(usize) -> (RequestId, f64),
         seconds: f64,
         plain_seconds: f64,
+        plain_step_seconds: Option<f64>,
     ) -> JitteredRun {
         let mut guard = GoodputGuard::default();
         let mut noise = Noise(seed);
         let (mut drafted, mut total_tokens, mut total_seconds) = (0, 0, 0.0);
         for step in 0..2000 {
             let (id, acceptance) = request(step);
-            let drafts = guard.allowance(1, Some(id)) == Allowance::Draft;
+            let sole = SoleRequest {
+                id,
+                plain_step_seconds,
+            };
+            let drafts = guard.allowance(1, Some(sole)) == Allowance::Draft;
             drafted += usize::from(drafts);
             let jitter = 0.9 + 0.2 * noise.next();
             let (tokens, seconds) = match drafts {
@@ -739,7 +837,7 @@ mod tests {
                     };
                     (id, acceptance(request))
                 };
-                run_changing(seed, request, 0.049, 0.0395).efficiency
+                run_changing(seed, request, 0.049, 0.0395, None).efficiency
             })
             .collect();
         let mean = runs.iter().sum::<f64>() / runs.len() as f64;

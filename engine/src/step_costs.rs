@@ -273,6 +273,12 @@ impl StepCosts {
     pub fn other(&self) -> f64 {
         self.other.map_or(0.0, |smoothed| smoothed.0)
     }
+
+    /// Estimated seconds of a step of one request that drafts nothing: a one-row forward and
+    /// the rest of a step; `None` before any forward is timed.
+    pub fn plain_step(&self) -> Option<f64> {
+        Some(self.forward_curve(1, 0)?[0] + self.other())
+    }
 }
 
 #[cfg(test)]
@@ -306,6 +312,25 @@ mod tests {
         );
         assert!((curve[8] - 0.027).abs() < 1e-9, "{curve:?}");
         assert!((curve[0] - 0.019).abs() < 1e-9, "{curve:?}");
+    }
+
+    #[test]
+    fn a_plain_step_costs_a_one_row_forward_and_the_rest_of_a_step() {
+        let mut costs = StepCosts::default();
+        assert_eq!(costs.plain_step(), None);
+        forward(&mut costs, 2, 22);
+        costs.observe(&StepTiming {
+            rows: 1,
+            forward: Duration::from_millis(20),
+            draft_depth: 0,
+            draft_tokens: 0,
+            draft: Duration::ZERO,
+            other: Duration::from_millis(1),
+        });
+        let seconds = costs.plain_step().unwrap();
+        // The rest of a step is smoothed from 0 (the first step) towards 1 ms.
+        let expected = 0.020 + SMOOTHING * 0.001;
+        assert!((seconds - expected).abs() < 1e-9, "{seconds}");
     }
 
     #[test]
