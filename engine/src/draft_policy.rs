@@ -27,7 +27,7 @@
 //! the gain of allowing a row. Where drafting itself costs next to nothing (lookups), every
 //! request asks for a gated chain, whatever its estimate: the gate decides per token.
 
-use aquila_spec_decode::proposer::{ChainStop, ConfidenceCalibration};
+use aquila_spec_decode::proposer::{ChainStop, ConfidenceCalibration, DroppedToken};
 
 use crate::acceptance::{AcceptanceEstimate, AcceptancePrior, MAX_PROBE_INTERVAL};
 use crate::config::DraftLength;
@@ -151,6 +151,12 @@ impl DraftPolicy {
             self.calibration
                 .observe_chain(&confidences[..fed], accepted.len());
         }
+    }
+
+    /// Takes in a token a gate dropped right after a draft that was accepted whole, and
+    /// whether the target's next token matched it.
+    pub fn observe_dropped(&mut self, dropped: DroppedToken, accepted: bool) {
+        self.calibration.observe_token(dropped.confidence, accepted);
     }
 
     /// Takes in a gated chain that ended after `drafted` of its `allowed` tokens: the rows it
@@ -395,6 +401,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use aquila_spec_decode::proposer::ChainStep;
 
     const ADAPTIVE: DraftLength = DraftLength::Adaptive {
         min_draft_tokens: 0,
@@ -629,6 +636,31 @@ mod tests {
         assert!(t.extend_above >= t.keep_above);
         let stop = policy.chain_stop(t);
         assert!((stop.calibration.acceptance(0.9) - 0.88).abs() < 0.03);
+    }
+
+    #[test]
+    fn tokens_a_gate_drops_still_calibrate_their_confidence() {
+        let mut policy = DraftPolicy::new(ADAPTIVE, None, 3, 3);
+        calibrated(&mut policy, 64, 9);
+        let thresholds = StopThresholds {
+            keep_above: 0.05,
+            extend_above: 0.1,
+        };
+        // Taken at its word, a drafter 3% sure of a token is not worth a row: the gate drops
+        // the token, so no verification would ever tell otherwise.
+        let dropped = DroppedToken {
+            token: 7,
+            confidence: 0.03,
+        };
+        let decision = |policy: &DraftPolicy| policy.chain_stop(thresholds).step(1.0, 0.03).0;
+        assert_eq!(decision(&policy), ChainStep::Drop);
+        // The target's next tokens match the dropped ones a third of the time.
+        for i in 0..30 {
+            policy.observe_dropped(dropped, i % 3 == 0);
+        }
+        assert_ne!(decision(&policy), ChainStep::Drop);
+        let acceptance = policy.calibration.acceptance(0.03);
+        assert!((acceptance - 0.3).abs() < 0.05, "{acceptance}");
     }
 
     #[test]

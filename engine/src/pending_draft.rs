@@ -2,7 +2,7 @@
 //! tokens, the tree they form (EAGLE-2), the distributions they were sampled from and the
 //! drafter's confidences, kept together so that cutting the draft cuts them all.
 
-use aquila_spec_decode::proposer::Draft;
+use aquila_spec_decode::proposer::{Draft, DroppedToken};
 use aquila_spec_decode::rejection::DraftProbs;
 use aquila_spec_decode::tree::DraftTree;
 
@@ -18,19 +18,22 @@ pub(crate) struct PendingDraft {
     probs: Option<Vec<f32>>,
     /// The drafter's probability of each chain token (empty: unknown, or a tree).
     confidences: Vec<f32>,
+    /// The token a confidence gate kept out right after a chain's tokens.
+    dropped: Option<DroppedToken>,
 }
 
 impl PendingDraft {
     /// Checks a proposer's draft for a request whose last token (the root) is `root`: `q`
     /// rows must cover every token, and a tree must grow from `root`.
     pub fn new(draft: Draft, root: u32, vocab_size: usize) -> Result<Self, &'static str> {
-        let (tokens, tree, probs, rows, confidences) = match draft {
+        let (tokens, tree, probs, rows, confidences, dropped) = match draft {
             Draft::Chain(chain) => {
                 let rows = chain.tokens.len();
                 if !chain.confidences.is_empty() && chain.confidences.len() != rows {
                     return Err("the draft's confidences do not match its tokens");
                 }
-                (chain.tokens, None, chain.probs, rows, chain.confidences)
+                let (tokens, probs, confidences) = (chain.tokens, chain.probs, chain.confidences);
+                (tokens, None, probs, rows, confidences, chain.dropped)
             }
             Draft::Tree { tree, probs } => {
                 if tree.tokens()[0] != root {
@@ -43,6 +46,7 @@ impl PendingDraft {
                     probs,
                     rows,
                     Vec::new(),
+                    None,
                 )
             }
         };
@@ -50,13 +54,17 @@ impl PendingDraft {
             return Err("the draft's q rows do not match its tokens");
         }
         if tokens.is_empty() {
-            return Ok(Self::default());
+            return Ok(Self {
+                dropped,
+                ..Self::default()
+            });
         }
         Ok(Self {
             tokens,
             tree,
             probs,
             confidences,
+            dropped,
         })
     }
 
@@ -81,6 +89,11 @@ impl PendingDraft {
         &self.confidences
     }
 
+    /// The token a confidence gate kept out right after the chain's tokens, if any.
+    pub fn dropped(&self) -> Option<DroppedToken> {
+        self.dropped
+    }
+
     /// The distributions to verify the tokens against.
     pub fn probs(&self) -> DraftProbs<'_> {
         match &self.probs {
@@ -95,6 +108,8 @@ impl PendingDraft {
         if num_tokens >= self.tokens.len() {
             return;
         }
+        // The dropped token followed the last token, which is cut.
+        self.dropped = None;
         if num_tokens == 0 {
             *self = Self::default();
             return;
@@ -149,12 +164,14 @@ mod tests {
             tokens: vec![1],
             probs: Some(vec![0.5; 3]),
             confidences: vec![0.5],
+            dropped: None,
         });
         assert!(PendingDraft::new(sampled, 5, 4).is_err());
         let unsure = Draft::Chain(ChainDraft {
             tokens: vec![1, 2],
             probs: None,
             confidences: vec![0.5],
+            dropped: None,
         });
         assert!(
             PendingDraft::new(unsure, 5, 4).is_err(),
@@ -184,6 +201,7 @@ mod tests {
             tokens: vec![7, 8, 9],
             probs: Some(probs[..12].to_vec()),
             confidences: vec![0.9, 0.6, 0.3],
+            dropped: None,
         });
         let mut pending = PendingDraft::new(chain, 5, 4).unwrap();
         pending.truncate(1);
@@ -192,5 +210,30 @@ mod tests {
         assert!(matches!(pending.probs(), DraftProbs::Rows(q) if q == &probs[..4]));
         pending.truncate(0);
         assert_eq!(pending, PendingDraft::default());
+    }
+
+    #[test]
+    fn a_dropped_token_is_kept_until_the_chain_before_it_is_cut() {
+        let dropped = DroppedToken {
+            token: 9,
+            confidence: 0.04,
+        };
+        let chain = |tokens: Vec<u32>| {
+            Draft::Chain(ChainDraft {
+                confidences: vec![0.8; tokens.len()],
+                tokens,
+                probs: None,
+                dropped: Some(dropped),
+            })
+        };
+        // A chain the gate ended before its first token verifies nothing but keeps it.
+        let pending = PendingDraft::new(chain(Vec::new()), 5, 4).unwrap();
+        assert_eq!(pending.num_tokens(), 0);
+        assert_eq!(pending.dropped(), Some(dropped));
+        let mut pending = PendingDraft::new(chain(vec![7, 8]), 5, 4).unwrap();
+        pending.truncate(2);
+        assert_eq!(pending.dropped(), Some(dropped));
+        pending.truncate(1);
+        assert_eq!(pending.dropped(), None);
     }
 }

@@ -82,6 +82,12 @@ impl ConfidenceCalibration {
         }
     }
 
+    /// Takes in one token's outcome, given that every draft before it was accepted: the
+    /// target's next token matched the greedy chain's token a gate dropped (or not).
+    pub fn observe_token(&mut self, confidence: f32, accepted: bool) {
+        self.observe(confidence, accepted);
+    }
+
     fn observe(&mut self, confidence: f32, accepted: bool) {
         let bin = bin_of(f64::from(confidence).clamp(0.0, 1.0));
         if self.seen[bin] >= MEMORY_OUTCOMES {

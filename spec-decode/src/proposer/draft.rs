@@ -1,7 +1,17 @@
 //! What a proposer hands back for one request.
 
+use super::ChainStop;
 use crate::rejection::DraftProbs;
 use crate::tree::DraftTree;
+
+/// The draft token a confidence gate kept out of a chain, right after the chain's tokens.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DroppedToken {
+    /// The token.
+    pub token: u32,
+    /// The drafter's probability of the token.
+    pub confidence: f32,
+}
 
 /// A chain of draft tokens that continues a request's root token.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -16,6 +26,11 @@ pub struct ChainDraft {
     /// the drafter has no such estimate (lookups, replays); the engine calibrates them against
     /// verification outcomes ([`super::ConfidenceCalibration`]).
     pub confidences: Vec<f32>,
+    /// The token that a confidence gate kept out right after `tokens`, when the drafter made
+    /// it. It is never verified; but where the verification accepts every token before it,
+    /// the target's next token shows whether it would have been accepted, so that the
+    /// calibration keeps learning at the confidences its gate no longer lets through.
+    pub dropped: Option<DroppedToken>,
 }
 
 impl ChainDraft {
@@ -23,8 +38,30 @@ impl ChainDraft {
     pub fn deterministic(tokens: Vec<u32>) -> Self {
         Self {
             tokens,
+            ..Self::default()
+        }
+    }
+
+    /// A deterministic chain drafted whole with the drafter's `confidences` (one per token),
+    /// cut where `stop` ends it (not at all without one); the first token cut off is kept as
+    /// the [`ChainDraft::dropped`] one.
+    pub fn cut(
+        mut tokens: Vec<u32>,
+        mut confidences: Vec<f32>,
+        stop: Option<ChainStop<'_>>,
+    ) -> Self {
+        let kept = stop.map_or(tokens.len(), |stop| stop.cut(&confidences));
+        let dropped = (kept < tokens.len()).then(|| DroppedToken {
+            token: tokens[kept],
+            confidence: confidences[kept],
+        });
+        tokens.truncate(kept);
+        confidences.truncate(kept);
+        Self {
+            tokens,
             probs: None,
-            confidences: Vec::new(),
+            confidences,
+            dropped,
         }
     }
 
@@ -97,8 +134,36 @@ mod tests {
             tokens: vec![1],
             probs: Some(vec![0.25, 0.75]),
             confidences: vec![0.75],
+            dropped: None,
         };
         assert!(matches!(sampled.draft_probs(), DraftProbs::Rows(rows) if rows == [0.25, 0.75]));
+    }
+
+    #[test]
+    fn a_cut_chain_keeps_the_first_token_it_cut_off() {
+        let mut calibration = super::super::ConfidenceCalibration::new();
+        for _ in 0..40 {
+            calibration.observe_token(0.95, true);
+        }
+        let stop = ChainStop {
+            calibration: &calibration,
+            keep_above: 0.5,
+            extend_above: 0.0,
+        };
+        let chain = ChainDraft::cut(vec![4, 5, 6], vec![0.95, 0.2, 0.9], Some(stop));
+        assert_eq!(chain.tokens, [4]);
+        assert_eq!(chain.confidences, [0.95]);
+        assert_eq!(
+            chain.dropped,
+            Some(DroppedToken {
+                token: 5,
+                confidence: 0.2
+            })
+        );
+        let whole = ChainDraft::cut(vec![4, 5], vec![0.95, 0.95], Some(stop));
+        assert_eq!((whole.tokens.len(), whole.dropped), (2, None));
+        let ungated = ChainDraft::cut(vec![4, 5], vec![0.1, 0.1], None);
+        assert_eq!((ungated.tokens.len(), ungated.dropped), (2, None));
     }
 
     #[test]

@@ -45,7 +45,7 @@ mod replay;
 
 pub use batch::{ProposeBatch, ProposeRequest};
 pub use chain_stop::{ChainStep, ChainStop, ConfidenceCalibration};
-pub use draft::{ChainDraft, Draft};
+pub use draft::{ChainDraft, Draft, DroppedToken};
 #[cfg(feature = "burn")]
 pub use eagle::{DraftSampling, EagleProposer, EagleProposerConfig, EagleTreeConfig};
 pub use error::ProposeError;

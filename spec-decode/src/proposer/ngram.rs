@@ -33,17 +33,8 @@ impl<F> Proposer<F> for NgramProposer {
                 let (mut tokens, matched) = lookup.propose_matched(request.tokens);
                 tokens.truncate(request.max_draft_tokens);
                 let confidence = matched as f32 / (matched + 1) as f32;
-                let mut confidences = vec![confidence; tokens.len()];
-                if let Some(stop) = request.stop {
-                    let kept = stop.cut(&confidences);
-                    tokens.truncate(kept);
-                    confidences.truncate(kept);
-                }
-                Draft::Chain(ChainDraft {
-                    tokens,
-                    probs: None,
-                    confidences,
-                })
+                let confidences = vec![confidence; tokens.len()];
+                Draft::Chain(ChainDraft::cut(tokens, confidences, request.stop))
             })
             .collect())
     }

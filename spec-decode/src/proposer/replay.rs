@@ -96,24 +96,15 @@ impl ReplayProposer {
     }
 
     /// The chain of `tokens` with its confidences, cut by `stop`.
-    fn chain(&self, mut tokens: Vec<u32>, stop: Option<super::ChainStop<'_>>) -> ChainDraft {
+    fn chain(&self, tokens: Vec<u32>, stop: Option<super::ChainStop<'_>>) -> ChainDraft {
         let Some(Confidences { right, wrong }) = self.confidences else {
             return ChainDraft::deterministic(tokens);
         };
         let wrong_at = self.corrupt.map(|c| c.position);
-        let mut confidences: Vec<f32> = (0..tokens.len())
+        let confidences: Vec<f32> = (0..tokens.len())
             .map(|i| if Some(i) == wrong_at { wrong } else { right })
             .collect();
-        if let Some(stop) = stop {
-            let kept = stop.cut(&confidences);
-            tokens.truncate(kept);
-            confidences.truncate(kept);
-        }
-        ChainDraft {
-            tokens,
-            probs: None,
-            confidences,
-        }
+        ChainDraft::cut(tokens, confidences, stop)
     }
 
     /// The requests released so far, in order (to check that an engine frees draft state).

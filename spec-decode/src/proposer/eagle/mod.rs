@@ -37,7 +37,10 @@ use aquila_model_loader::model::{FeatureTap, ForwardBatch, KvCache, LlamaModel, 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 
-use super::{ChainDraft, ChainStep, Draft, ProposeBatch, ProposeError, ProposeRequest, Proposer};
+use super::{
+    ChainDraft, ChainStep, Draft, DroppedToken, ProposeBatch, ProposeError, ProposeRequest,
+    Proposer,
+};
 use crate::eagle::{EagleError, EagleHead};
 use crate::sampling::SamplingError;
 use deferred::{DeferredRows, MAX_DEFERRED_ROWS};
@@ -297,6 +300,10 @@ impl<B: KernelBackend> EagleProposer<B> {
                     None => ChainStep::Extend,
                 };
                 if decision == ChainStep::Drop {
+                    chains[i].dropped = Some(DroppedToken {
+                        token: pick.token,
+                        confidence: pick.confidence,
+                    });
                     continue;
                 }
                 let chain = &mut chains[i];
