@@ -11,10 +11,11 @@ use aquila_model_loader::backend::KernelBackend;
 use aquila_model_loader::model::{FeatureTap, LlamaModel};
 use aquila_model_loader::tokenizer::Tokenizer;
 use aquila_model_loader::LoadError;
-use aquila_spec_decode::proposer::{Draft, DroppedToken, ProposeRequest};
+use aquila_spec_decode::proposer::{Draft, ProposeRequest};
 use burn::module::Module;
 use burn::tensor::Tensor;
 
+use crate::calibration_input::CalibrationInput;
 use crate::config::{EngineConfig, ResolvedLimits};
 use crate::draft_policy::{DraftCandidate, DraftPolicy};
 use crate::error::{EngineError, PromptError};
@@ -319,8 +320,8 @@ impl<B: KernelBackend> Engine<B> {
             output: StepOutput::default(),
         };
         // Committing a verification clears the draft; the policy calibrates its confidences.
-        let calibrating: Vec<Calibrating> = match self.speculation {
-            Some(_) => batch.iter().map(Calibrating::before_commit).collect(),
+        let calibrating: Vec<CalibrationInput> = match self.speculation {
+            Some(_) => batch.iter().map(CalibrationInput::before_commit).collect(),
             None => Vec::new(),
         };
         let results: Vec<EntryResult> = batch
@@ -357,7 +358,11 @@ impl<B: KernelBackend> Engine<B> {
                         &calibrating.confidences,
                     );
                 }
-                if let Some((dropped, accepted)) = calibrating.dropped_outcome(entry, result) {
+                let accepted = result.accepted_nodes.len();
+                let token_ids = &entry.request.token_ids;
+                if let Some((dropped, accepted)) =
+                    calibrating.dropped_outcome(fed, accepted, token_ids)
+                {
                     speculation.policy.observe_dropped(dropped, accepted);
                 }
             }
@@ -760,51 +765,6 @@ impl<B: KernelBackend> Speculation<B> {
             });
         }
         (depth, tokens)
-    }
-}
-
-/// What the calibration of draft confidences needs of a request's draft, taken before the
-/// step's commit clears it.
-struct Calibrating {
-    /// The drafter's confidence in each draft token.
-    confidences: Vec<f32>,
-    /// A greedy request's token that a gate dropped right after the draft tokens.
-    dropped: Option<DroppedToken>,
-    /// Draft tokens the step verifies.
-    draft_tokens: usize,
-    /// The request's tokens before the step's commit.
-    tokens_before: usize,
-}
-
-impl Calibrating {
-    fn before_commit(entry: &BatchEntry<'_>) -> Self {
-        let request = &*entry.request;
-        let draft = &request.draft;
-        Self {
-            confidences: draft.confidences().to_vec(),
-            dropped: draft
-                .dropped()
-                .filter(|_| request.sampling.params.is_greedy()),
-            draft_tokens: draft.num_tokens(),
-            tokens_before: request.token_ids.len(),
-        }
-    }
-
-    /// The dropped token and whether the target's next token matched it, where the step
-    /// verified the whole draft, accepted all of it and emitted the token after it.
-    fn dropped_outcome(
-        &self,
-        entry: &BatchEntry<'_>,
-        result: &EntryResult,
-    ) -> Option<(DroppedToken, bool)> {
-        let dropped = self.dropped?;
-        let fed = entry.work.num_draft_tokens;
-        let emitted = entry.request.token_ids.get(self.tokens_before..)?;
-        let all_accepted = fed == self.draft_tokens && result.accepted_nodes.len() == fed;
-        let next = emitted
-            .get(fed)
-            .filter(|_| all_accepted && emitted.len() == fed + 1)?;
-        Some((dropped, *next == dropped.token))
     }
 }
 

@@ -46,6 +46,7 @@ mod acceptance;
 #[cfg(feature = "server")]
 mod async_llm;
 mod backend;
+mod calibration_input;
 mod config;
 mod draft_policy;
 mod engine;
