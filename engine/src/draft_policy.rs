@@ -236,8 +236,9 @@ impl DraftPolicy {
             }
             DraftLength::Adaptive { min_draft_tokens } => min_draft_tokens,
         };
+        // The guard prices plain decoding only for a request running alone.
         let sole = match candidates {
-            [only] => Some(SoleRequest {
+            [only] if num_running == 1 => Some(SoleRequest {
                 id: only.request_id,
                 plain_step_seconds: self.costs.plain_step(),
             }),

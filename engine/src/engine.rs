@@ -320,7 +320,7 @@ impl<B: KernelBackend> Engine<B> {
             output: StepOutput::default(),
         };
         // Committing a verification clears the draft; the policy calibrates its confidences.
-        let calibrating: Vec<CalibrationInput> = match self.speculation {
+        let calibration_inputs: Vec<CalibrationInput> = match self.speculation {
             Some(_) => batch.iter().map(CalibrationInput::before_commit).collect(),
             None => Vec::new(),
         };
@@ -345,7 +345,8 @@ impl<B: KernelBackend> Engine<B> {
                 draft_start - forward_start,
             );
             speculation.policy.observe_decode(decode.as_ref());
-            for ((entry, result), calibrating) in batch.iter_mut().zip(&results).zip(&calibrating) {
+            let inputs = batch.iter_mut().zip(&results).zip(&calibration_inputs);
+            for ((entry, result), input) in inputs {
                 let fed = entry.work.num_draft_tokens;
                 if result.finish == Some(Finish::ABORT) {
                     continue;
@@ -355,15 +356,15 @@ impl<B: KernelBackend> Engine<B> {
                         &mut entry.request.acceptance,
                         fed,
                         &result.accepted_nodes,
-                        &calibrating.confidences,
+                        &input.confidences,
                     );
                 }
-                let accepted = result.accepted_nodes.len();
+                let num_accepted = result.accepted_nodes.len();
                 let token_ids = &entry.request.token_ids;
-                if let Some((dropped, accepted)) =
-                    calibrating.dropped_outcome(fed, accepted, token_ids)
+                if let Some((dropped, matched)) =
+                    input.dropped_outcome(fed, num_accepted, token_ids)
                 {
-                    speculation.policy.observe_dropped(dropped, accepted);
+                    speculation.policy.observe_dropped(dropped, matched);
                 }
             }
             let num_finished = results.iter().filter(|r| r.finish.is_some()).count();

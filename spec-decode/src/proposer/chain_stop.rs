@@ -78,17 +78,13 @@ impl ConfidenceCalibration {
     /// `accepted` were accepted. Tokens after the first rejection tell nothing and are skipped.
     pub fn observe_chain(&mut self, confidences: &[f32], accepted: usize) {
         for (index, &confidence) in confidences.iter().enumerate().take(accepted + 1) {
-            self.observe(confidence, index < accepted);
+            self.observe_token(confidence, index < accepted);
         }
     }
 
-    /// Takes in one token's outcome, given that every draft before it was accepted: the
-    /// target's next token matched the greedy chain's token a gate dropped (or not).
+    /// Takes in one token's outcome, given that every draft before it was accepted (a
+    /// verified token, or a token a gate dropped judged by the target's next token).
     pub fn observe_token(&mut self, confidence: f32, accepted: bool) {
-        self.observe(confidence, accepted);
-    }
-
-    fn observe(&mut self, confidence: f32, accepted: bool) {
         let bin = bin_of(f64::from(confidence).clamp(0.0, 1.0));
         if self.seen[bin] >= MEMORY_OUTCOMES {
             let keep = (MEMORY_OUTCOMES - 1.0) / MEMORY_OUTCOMES;
