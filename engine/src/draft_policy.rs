@@ -153,10 +153,11 @@ impl DraftPolicy {
         }
     }
 
-    /// Takes in a token a gate dropped right after a draft that was accepted whole, and
-    /// whether the target's next token matched it.
-    pub fn observe_dropped(&mut self, dropped: DroppedToken, accepted: bool) {
-        self.calibration.observe_token(dropped.confidence, accepted);
+    /// Takes in a token a gate dropped right after a draft of `position` tokens that was
+    /// accepted whole, and whether the target's next token matched it.
+    pub fn observe_dropped(&mut self, dropped: DroppedToken, position: usize, accepted: bool) {
+        self.calibration
+            .observe_token(dropped.confidence, position, accepted);
     }
 
     /// Takes in a gated chain that ended after `drafted` of its `allowed` tokens: the rows it
@@ -260,7 +261,7 @@ impl DraftPolicy {
         let thresholds = thresholds.filter(|t| {
             min_draft_tokens == 0
                 && self.calibration.observed() >= MIN_CALIBRATION_OUTCOMES
-                && t.extend_above < self.calibration.mean_acceptance()
+                && t.extend_above < self.calibration.mean_acceptance_at(0)
         });
         let free_gated_drafts = thresholds.is_some() && self.drafting_is_free();
         let mut gated = vec![false; candidates.len()];
@@ -653,11 +654,11 @@ mod tests {
             token: 7,
             confidence: 0.03,
         };
-        let decision = |policy: &DraftPolicy| policy.chain_stop(thresholds).step(1.0, 0.03).0;
+        let decision = |policy: &DraftPolicy| policy.chain_stop(thresholds).step(0, 1.0, 0.03).0;
         assert_eq!(decision(&policy), ChainStep::Drop);
         // The target's next tokens match the dropped ones a third of the time.
         for i in 0..30 {
-            policy.observe_dropped(dropped, i % 3 == 0);
+            policy.observe_dropped(dropped, 0, i % 3 == 0);
         }
         assert_ne!(decision(&policy), ChainStep::Drop);
         let acceptance = policy.calibration.acceptance(0.03);

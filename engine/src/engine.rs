@@ -364,7 +364,7 @@ impl<B: KernelBackend> Engine<B> {
                 if let Some((dropped, matched)) =
                     input.dropped_outcome(fed, num_accepted, token_ids)
                 {
-                    speculation.policy.observe_dropped(dropped, matched);
+                    speculation.policy.observe_dropped(dropped, fed, matched);
                 }
             }
             let num_finished = results.iter().filter(|r| r.finish.is_some()).count();

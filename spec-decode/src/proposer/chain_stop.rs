@@ -8,7 +8,10 @@
 //! draft `j` pays only if all before it are accepted: its expected gain is the product of the
 //! calibrated acceptances up to it (its path probability). [`ChainStop`] keeps a token while
 //! its path probability covers the cost of its verification row, and drafts another while the
-//! next token's expected path probability covers that row and one more drafting step.
+//! next token's expected path probability covers that row and one more drafting step. That
+//! expectation takes the acceptance measured at the next token's position in the chain: a
+//! drafter may be far less sure of its second token than of its first (EAGLE-1 feeds its own
+//! predicted features back in), which the acceptance of all tokens together would hide.
 
 /// Number of equal-width confidence bins.
 const BINS: usize = 10;
@@ -23,15 +26,57 @@ const MEMORY_OUTCOMES: f64 = 2000.0;
 /// Acceptance assumed for the next draft before any outcome.
 const INITIAL_MEAN_ACCEPTANCE: f64 = 0.5;
 
+/// Chain positions whose acceptance is measured apart; later positions share the last one.
+const POSITIONS: usize = 4;
+
+/// Weight, in outcomes, of the acceptance of all positions in the estimate of one position.
+const POSITION_PRIOR_OUTCOMES: f64 = 4.0;
+
+/// Fading counts of accepted outcomes among those seen.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Tally {
+    accepted: f64,
+    seen: f64,
+}
+
+impl Tally {
+    /// Takes in one outcome; past `MEMORY_OUTCOMES`, older ones weigh less.
+    fn add(&mut self, accepted: bool) {
+        if self.seen >= MEMORY_OUTCOMES {
+            self.fade();
+        }
+        self.seen += 1.0;
+        self.accepted += f64::from(u8::from(accepted));
+    }
+
+    /// Weighs every outcome so far as one outcome of `MEMORY_OUTCOMES` less.
+    fn fade(&mut self) {
+        let keep = (MEMORY_OUTCOMES - 1.0) / MEMORY_OUTCOMES;
+        self.seen *= keep;
+        self.accepted *= keep;
+    }
+
+    /// The accepted share, `prior` counting as `prior_outcomes` outcomes.
+    fn rate(&self, prior: f64, prior_outcomes: f64) -> f64 {
+        (self.accepted + prior_outcomes * prior) / (self.seen + prior_outcomes)
+    }
+}
+
 /// The acceptance of draft tokens at each drafter confidence, learned from verification
 /// outcomes (a token's outcome counts only when every draft before it was accepted, so the
-/// calibration is of acceptance given the path so far).
+/// calibration is of acceptance given the path so far), and the acceptance at each position
+/// of a chain.
+///
+/// The tallies of positions fade with every verified chain, not only with their own outcomes:
+/// a position that chains no longer reach (because its acceptance was measured too low to pay)
+/// slowly returns to the acceptance of all positions, so that chains reach it again now and
+/// then and a drafter that got better there is not locked out.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ConfidenceCalibration {
-    /// Accepted outcomes per bin (fading).
-    accepted: [f64; BINS],
-    /// Outcomes per bin (fading).
-    seen: [f64; BINS],
+    /// Outcomes per confidence bin.
+    bins: [Tally; BINS],
+    /// Outcomes per chain position.
+    positions: [Tally; POSITIONS],
     /// Outcomes taken in, in all.
     observed: u64,
 }
@@ -39,8 +84,8 @@ pub struct ConfidenceCalibration {
 impl Default for ConfidenceCalibration {
     fn default() -> Self {
         Self {
-            accepted: [0.0; BINS],
-            seen: [0.0; BINS],
+            bins: [Tally::default(); BINS],
+            positions: [Tally::default(); POSITIONS],
             observed: 0,
         }
     }
@@ -61,38 +106,43 @@ impl ConfidenceCalibration {
     /// given that the drafts before it were.
     pub fn acceptance(&self, confidence: f32) -> f64 {
         let confidence = f64::from(confidence).clamp(0.0, 1.0);
-        let bin = bin_of(confidence);
-        (self.accepted[bin] + PRIOR_OUTCOMES * confidence) / (self.seen[bin] + PRIOR_OUTCOMES)
+        self.bins[bin_of(confidence)].rate(confidence, PRIOR_OUTCOMES)
     }
 
-    /// The acceptance of a draft token over all confidences seen so far.
+    /// The acceptance of a draft token over all confidences and positions seen so far.
     pub fn mean_acceptance(&self) -> f64 {
-        let seen: f64 = self.seen.iter().sum();
+        let seen: f64 = self.bins.iter().map(|bin| bin.seen).sum();
         if seen == 0.0 {
             return INITIAL_MEAN_ACCEPTANCE;
         }
-        self.accepted.iter().sum::<f64>() / seen
+        self.bins.iter().map(|bin| bin.accepted).sum::<f64>() / seen
+    }
+
+    /// The acceptance of the draft token at `position` of a chain (0 for the first), given
+    /// that every draft before it was accepted, over all confidences; a position with few
+    /// outcomes leans on [`ConfidenceCalibration::mean_acceptance`].
+    pub fn mean_acceptance_at(&self, position: usize) -> f64 {
+        self.positions[position.min(POSITIONS - 1)]
+            .rate(self.mean_acceptance(), POSITION_PRIOR_OUTCOMES)
     }
 
     /// Takes in one verified chain: its tokens' `confidences` in order, of which the first
     /// `accepted` were accepted. Tokens after the first rejection tell nothing and are skipped.
     pub fn observe_chain(&mut self, confidences: &[f32], accepted: usize) {
-        for (index, &confidence) in confidences.iter().enumerate().take(accepted + 1) {
-            self.observe_token(confidence, index < accepted);
+        for position in &mut self.positions {
+            position.fade();
+        }
+        for (position, &confidence) in confidences.iter().enumerate().take(accepted + 1) {
+            self.observe_token(confidence, position, position < accepted);
         }
     }
 
-    /// Takes in one token's outcome, given that every draft before it was accepted (a
-    /// verified token, or a token a gate dropped judged by the target's next token).
-    pub fn observe_token(&mut self, confidence: f32, accepted: bool) {
-        let bin = bin_of(f64::from(confidence).clamp(0.0, 1.0));
-        if self.seen[bin] >= MEMORY_OUTCOMES {
-            let keep = (MEMORY_OUTCOMES - 1.0) / MEMORY_OUTCOMES;
-            self.seen[bin] *= keep;
-            self.accepted[bin] *= keep;
-        }
-        self.seen[bin] += 1.0;
-        self.accepted[bin] += f64::from(u8::from(accepted));
+    /// Takes in the outcome of one token at `position` of its chain, given that every draft
+    /// before it was accepted (a verified token, or a token a gate dropped judged by the
+    /// target's next token).
+    pub fn observe_token(&mut self, confidence: f32, position: usize, accepted: bool) {
+        self.bins[bin_of(f64::from(confidence).clamp(0.0, 1.0))].add(accepted);
+        self.positions[position.min(POSITIONS - 1)].add(accepted);
         self.observed += 1;
     }
 }
@@ -129,13 +179,14 @@ pub enum ChainStep {
 
 impl ChainStop<'_> {
     /// Takes the path probability of the chain so far (1 before its first token) and the
-    /// confidence of its newest token; returns the decision and the path probability through
-    /// that token.
-    pub fn step(&self, path: f64, confidence: f32) -> (ChainStep, f64) {
+    /// confidence of its newest token, at `position` of the chain (0 for the first); returns
+    /// the decision and the path probability through that token.
+    pub fn step(&self, position: usize, path: f64, confidence: f32) -> (ChainStep, f64) {
         let path = path * self.calibration.acceptance(confidence);
+        let next = self.calibration.mean_acceptance_at(position + 1);
         let decision = if path < self.keep_above {
             ChainStep::Drop
-        } else if path * self.calibration.mean_acceptance() < self.extend_above {
+        } else if path * next < self.extend_above {
             ChainStep::KeepAndEnd
         } else {
             ChainStep::Extend
@@ -150,7 +201,7 @@ impl ChainStop<'_> {
         let mut path = 1.0;
         for (index, &confidence) in confidences.iter().enumerate() {
             let decision;
-            (decision, path) = self.step(path, confidence);
+            (decision, path) = self.step(index, path, confidence);
             match decision {
                 ChainStep::Extend => {}
                 ChainStep::KeepAndEnd => return index + 1,
@@ -193,9 +244,20 @@ mod tests {
         let mut calibration = ConfidenceCalibration::new();
         calibration.observe_chain(&[0.95, 0.95, 0.05, 0.05], 2);
         assert_eq!(calibration.observed(), 3);
-        assert_eq!(calibration.seen[9], 2.0);
-        assert_eq!(calibration.accepted[9], 2.0);
-        assert_eq!((calibration.seen[0], calibration.accepted[0]), (1.0, 0.0));
+        assert_eq!(
+            calibration.bins[9],
+            Tally {
+                accepted: 2.0,
+                seen: 2.0
+            }
+        );
+        assert_eq!(
+            calibration.bins[0],
+            Tally {
+                accepted: 0.0,
+                seen: 1.0
+            }
+        );
     }
 
     #[test]
@@ -208,7 +270,7 @@ mod tests {
             calibration.observe_chain(&[0.5], 0);
         }
         assert!(calibration.acceptance(0.5) < 0.25);
-        assert!(calibration.seen[5] <= MEMORY_OUTCOMES + 1.0);
+        assert!(calibration.bins[5].seen <= MEMORY_OUTCOMES + 1.0);
     }
 
     #[test]
@@ -220,18 +282,78 @@ mod tests {
             extend_above: 0.2,
         };
         // Mean acceptance 0.5: extending needs a path of 0.4.
-        let (decision, path) = stop.step(1.0, 0.9);
+        let (decision, path) = stop.step(0, 1.0, 0.9);
         assert_eq!(decision, ChainStep::Extend);
-        let (decision, path) = stop.step(path, 0.5);
+        let (decision, path) = stop.step(1, path, 0.5);
         assert!((path - 0.45).abs() < 1e-6);
         assert_eq!(decision, ChainStep::Extend);
-        let (decision, path) = stop.step(path, 0.6);
+        let (decision, path) = stop.step(2, path, 0.6);
         assert_eq!(decision, ChainStep::KeepAndEnd, "path {path}");
-        assert_eq!(stop.step(path, 0.2).0, ChainStep::Drop);
-        assert_eq!(stop.step(1.0, 0.05).0, ChainStep::Drop);
+        assert_eq!(stop.step(3, path, 0.2).0, ChainStep::Drop);
+        assert_eq!(stop.step(0, 1.0, 0.05).0, ChainStep::Drop);
         assert_eq!(stop.cut(&[0.9, 0.5, 0.6, 0.9]), 3);
         assert_eq!(stop.cut(&[0.9, 0.5, 0.2]), 2);
         assert_eq!(stop.cut(&[0.9, 0.9]), 2);
         assert_eq!(stop.cut(&[0.05, 0.9]), 0);
+    }
+
+    /// A calibration that has seen `chains` chains of two tokens at confidence 0.9, the first
+    /// accepted with probability 0.8 and the second, after it, with probability 0.1.
+    fn second_tokens_seldom_accepted(chains: usize) -> ConfidenceCalibration {
+        let mut calibration = ConfidenceCalibration::new();
+        for i in 0..chains {
+            let accepted = match (i % 10 < 8, i % 10 == 0) {
+                (true, true) => 2,
+                (true, false) => 1,
+                (false, _) => 0,
+            };
+            calibration.observe_chain(&[0.9, 0.9], accepted);
+        }
+        calibration
+    }
+
+    #[test]
+    fn each_position_of_a_chain_has_its_own_acceptance() {
+        let calibration = second_tokens_seldom_accepted(500);
+        assert!((calibration.mean_acceptance_at(0) - 0.8).abs() < 0.02);
+        assert!((calibration.mean_acceptance_at(1) - 0.125).abs() < 0.03);
+        // Later positions share the last one measured apart, which nothing reached yet.
+        assert_eq!(
+            calibration.mean_acceptance_at(9),
+            calibration.mean_acceptance_at(POSITIONS - 1)
+        );
+        // A confident first token is worth its row, but not the drafting of a second that
+        // is seldom accepted.
+        let stop = ChainStop {
+            calibration: &calibration,
+            keep_above: 0.05,
+            extend_above: 0.2,
+        };
+        assert_eq!(stop.step(0, 1.0, 0.9).0, ChainStep::KeepAndEnd);
+        // Taken over all positions, the acceptance would have drafted it.
+        assert!(calibration.mean_acceptance() * calibration.acceptance(0.9) > 0.2);
+    }
+
+    #[test]
+    fn a_position_chains_stopped_reaching_is_tried_again() {
+        let mut calibration = second_tokens_seldom_accepted(500);
+        let stop = |calibration: &ConfidenceCalibration| {
+            let stop = ChainStop {
+                calibration,
+                keep_above: 0.05,
+                extend_above: 0.2,
+            };
+            stop.step(0, 1.0, 0.9).0
+        };
+        assert_eq!(stop(&calibration), ChainStep::KeepAndEnd);
+        // Chains of one token, mostly accepted: what was measured at the second position
+        // fades, and chains reach it again.
+        let mut chains = 0;
+        while stop(&calibration) == ChainStep::KeepAndEnd {
+            calibration.observe_chain(&[0.9], usize::from(chains % 10 < 8));
+            chains += 1;
+            assert!(chains < 20_000, "never tried again");
+        }
+        assert!(chains > 1_000, "tried again after {chains} chains");
     }
 }

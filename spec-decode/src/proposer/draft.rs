@@ -143,7 +143,7 @@ mod tests {
     fn a_cut_chain_keeps_the_first_token_it_cut_off() {
         let mut calibration = super::super::ConfidenceCalibration::new();
         for _ in 0..40 {
-            calibration.observe_token(0.95, true);
+            calibration.observe_token(0.95, 0, true);
         }
         let stop = ChainStop {
             calibration: &calibration,

@@ -293,7 +293,7 @@ impl<B: KernelBackend> EagleProposer<B> {
             for (a, (&i, pick)) in active.iter().zip(picks).enumerate() {
                 let decision = match requests[i].stop {
                     Some(stop) => {
-                        let (decision, path) = stop.step(paths[i], pick.confidence);
+                        let (decision, path) = stop.step(step - 1, paths[i], pick.confidence);
                         paths[i] = path;
                         decision
                     }
