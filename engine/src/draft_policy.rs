@@ -261,7 +261,7 @@ impl DraftPolicy {
         let thresholds = thresholds.filter(|t| {
             min_draft_tokens == 0
                 && self.calibration.observed() >= MIN_CALIBRATION_OUTCOMES
-                && t.extend_above < self.calibration.mean_acceptance_at(0)
+                && t.extend_above < self.calibration.mean_acceptance()
         });
         let free_gated_drafts = thresholds.is_some() && self.drafting_is_free();
         let mut gated = vec![false; candidates.len()];
