@@ -2,11 +2,13 @@
 //! directory.
 
 use super::chat::{ChatMessage, ChatTemplate};
+use super::model::TokenModel;
 use super::special::{JsonFile, SpecialTokenSources, SpecialTokens};
 use super::stream::StreamDecoder;
 use super::TokenizerError;
 use serde_json::Value;
 use std::path::Path;
+use tokenizers::{DecoderWrapper, NormalizerWrapper, PostProcessorWrapper, PreTokenizerWrapper};
 
 /// File names inside a Hugging Face model directory.
 const TOKENIZER_JSON: &str = "tokenizer.json";
@@ -15,31 +17,60 @@ const CHAT_TEMPLATE_JINJA: &str = "chat_template.jinja";
 const CONFIG_JSON: &str = "config.json";
 const GENERATION_CONFIG_JSON: &str = "generation_config.json";
 
-/// Parses the text of a `tokenizer.json`. JSON syntax is checked first, so a syntax error is
-/// reported as such; and a panic inside the `tokenizers` crate becomes an error, because some
-/// malformed decoder sections make it unwrap a failed parse (tokenizers 0.22).
+/// The `tokenizers` pipeline this crate runs: the crate's normalizers, pre-tokenizers,
+/// post-processors, decoders and added-token handling around a [`TokenModel`].
+pub type TokenizerPipeline = tokenizers::TokenizerImpl<
+    TokenModel,
+    NormalizerWrapper,
+    PreTokenizerWrapper,
+    PostProcessorWrapper,
+    DecoderWrapper,
+>;
+
+/// Parses the text of a `tokenizer.json`; returns the pipeline and its number of ids, added
+/// tokens included. JSON syntax is checked first, so a syntax error is reported as such; and a
+/// panic inside the `tokenizers` crate becomes an error, because some malformed decoder
+/// sections make it unwrap a failed parse (tokenizers 0.22).
 ///
 /// The parse runs on a short-lived thread of its own, and the caller keeps a copy made on its
-/// own thread: parsing frees about as many small blocks (the document's strings) as it keeps
-/// (the vocabulary and merges), and left in the caller's heap those scattered holes would stay
-/// resident under everything allocated after them (the model's weights). A new thread
-/// allocates from a heap of its own (glibc gives it its own arena), which the parse's blocks
-/// then leave whole, where `malloc_trim` returns it to the system.
-fn parse_tokenizer_json(text: &str) -> Result<tokenizers::Tokenizer, String> {
+/// own thread: parsing frees about as many small blocks (the document's strings, the crate's
+/// own vocabulary maps, which the pipeline replaces by packed tables where it can) as it keeps,
+/// and left in the caller's heap those scattered holes would stay resident under everything
+/// allocated after them (the model's weights). A new thread allocates from a heap of its own
+/// (glibc gives it its own arena), which the parse's blocks then leave whole, where
+/// `malloc_trim` returns it to the system.
+fn parse_tokenizer_json(text: &str) -> Result<(TokenizerPipeline, usize), String> {
     serde_json::from_str::<serde::de::IgnoredAny>(text).map_err(|e| e.to_string())?;
-    let parsed =
-        std::thread::scope(|scope| scope.spawn(|| text.parse::<tokenizers::Tokenizer>()).join())
+    let (pipeline, vocab_size) =
+        std::thread::scope(|scope| scope.spawn(|| pipeline_of(text)).join())
             .map_err(|_| "the tokenizers crate panicked while reading it".to_string())?
             .map_err(|e| e.to_string())?;
-    Ok(parsed.clone())
+    Ok((pipeline.clone(), vocab_size))
 }
 
-/// A model's tokenizer: `tokenizer.json` through the `tokenizers` crate, plus the chat template
+/// Reads `text` with the `tokenizers` crate and moves its steps around the model that
+/// [`TokenModel::for_document`] picks; returns the pipeline and its number of ids.
+fn pipeline_of(text: &str) -> tokenizers::Result<(TokenizerPipeline, usize)> {
+    let read: tokenizers::Tokenizer = text.parse()?;
+    let mut pipeline = TokenizerPipeline::new(TokenModel::for_document(text, read.get_model()));
+    pipeline
+        .with_normalizer(read.get_normalizer().cloned())
+        .with_pre_tokenizer(read.get_pre_tokenizer().cloned())
+        .with_post_processor(read.get_post_processor().cloned())
+        .with_decoder(read.get_decoder().cloned())
+        .with_added_vocabulary(read.get_added_vocabulary().clone())
+        .with_padding(read.get_padding().cloned())
+        .with_truncation(read.get_truncation().cloned())?;
+    Ok((pipeline, read.get_vocab_size(true)))
+}
+
+/// A model's tokenizer: `tokenizer.json` through the `tokenizers` crate's pipeline (its BPE
+/// vocabularies packed, see [`TokenModel`]), plus the chat template
 /// and special token ids from the directory's config files. It is `Send + Sync`, so one
 /// instance can serve many threads.
 #[derive(Debug, Clone)]
 pub struct Tokenizer {
-    inner: tokenizers::Tokenizer,
+    inner: TokenizerPipeline,
     /// Number of ids, counted once (`tokenizers` rebuilds its vocabulary map to count it).
     vocab_size: usize,
     chat_template: Option<ChatTemplate>,
@@ -96,14 +127,14 @@ impl Tokenizer {
         sources: &SpecialTokenSources,
         chat_template: Option<ChatTemplate>,
     ) -> Result<Self, TokenizerError> {
-        let inner =
+        let (inner, vocab_size) =
             parse_tokenizer_json(text).map_err(|message| TokenizerError::InvalidTokenizer {
                 path: path.to_path_buf(),
                 message,
             })?;
         let special = sources.resolve(|text| inner.token_to_id(text))?;
         Ok(Self {
-            vocab_size: inner.get_vocab_size(true),
+            vocab_size,
             inner,
             chat_template,
             special,
@@ -185,8 +216,8 @@ impl Tokenizer {
         self.inner.id_to_token(id)
     }
 
-    /// The underlying `tokenizers` tokenizer.
-    pub fn inner(&self) -> &tokenizers::Tokenizer {
+    /// The underlying `tokenizers` pipeline.
+    pub fn inner(&self) -> &TokenizerPipeline {
         &self.inner
     }
 }

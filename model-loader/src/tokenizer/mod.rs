@@ -19,12 +19,16 @@ pub mod byte_level;
 mod chat;
 mod codec;
 mod error;
+mod model;
+mod packed_bpe;
 pub mod spec;
 mod special;
 mod stream;
 
 pub use chat::{ChatMessage, ChatTemplate};
-pub use codec::Tokenizer;
+pub use codec::{Tokenizer, TokenizerPipeline};
 pub use error::TokenizerError;
+pub use model::TokenModel;
+pub use packed_bpe::PackedBpe;
 pub use special::SpecialTokens;
 pub use stream::{Decode, StreamDecoder};

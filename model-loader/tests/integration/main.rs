@@ -31,4 +31,5 @@ mod props_config;
 mod props_gguf;
 mod props_tokenizer;
 mod tokenizer_llama_vocab;
+mod tokenizer_packed;
 mod tokenizer_tiny;

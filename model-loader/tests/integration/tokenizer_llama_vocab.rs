@@ -7,6 +7,7 @@
 //! say so.
 
 use aquila_model_loader::gguf::{tokenizer_from_gguf, GgufError};
+use aquila_model_loader::tokenizer::TokenModel;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -28,6 +29,10 @@ const VOCABS: [&str; 12] = [
     "falcon",
     "command-r",
 ];
+
+/// The SentencePiece vocabularies among them (byte fallback and an unknown token, so their BPE
+/// runs on the `tokenizers` crate's model; the byte-level ones run packed).
+const SENTENCEPIECE: [&str; 2] = ["llama-spm", "phi-3"];
 
 /// The line after each input of a `.inp` file.
 const SEPARATOR: &str = "\n__ggml_vocab_test__\n";
@@ -74,6 +79,11 @@ fn check_vocab(vocab: &str) -> usize {
     let dir = suite_dir();
     let path = dir.join(format!("ggml-vocab-{vocab}.gguf"));
     let tokenizer = tokenizer_from_gguf(&path).unwrap_or_else(|e| panic!("{vocab}: {e}"));
+    assert_eq!(
+        matches!(tokenizer.inner().get_model(), TokenModel::Packed(_)),
+        !SENTENCEPIECE.contains(&vocab),
+        "{vocab}: which model runs"
+    );
     let cases = cases(dir, vocab);
     let failures: Vec<String> = cases
         .iter()
