@@ -421,6 +421,7 @@ mod tests {
                 draft_tokens: 0,
                 draft: Duration::ZERO,
                 other: Duration::ZERO,
+                decode_rows_only: true,
             });
         }
     }
@@ -525,6 +526,7 @@ mod tests {
                 draft_tokens: 1,
                 draft: Duration::from_millis(draft_ms),
                 other: Duration::ZERO,
+                decode_rows_only: true,
             });
         }
     }

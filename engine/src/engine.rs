@@ -337,13 +337,13 @@ impl<B: KernelBackend> Engine<B> {
         } = context;
         let draft_start = Instant::now();
         let (mut draft_depth, mut draft_tokens) = (0, 0);
+        let decode = decode_step(
+            &batch,
+            num_running,
+            iteration.num_generation_tokens,
+            draft_start - forward_start,
+        );
         if let Some(speculation) = self.speculation.as_mut() {
-            let decode = decode_step(
-                &batch,
-                num_running,
-                iteration.num_generation_tokens,
-                draft_start - forward_start,
-            );
             speculation.policy.observe_decode(decode.as_ref());
             let inputs = batch.iter_mut().zip(&results).zip(&calibration_inputs);
             for ((entry, result), input) in inputs {
@@ -395,6 +395,7 @@ impl<B: KernelBackend> Engine<B> {
                 draft_tokens,
                 draft: draft_done - draft_start,
                 other: draft_start - forward_done,
+                decode_rows_only: decode.is_some(),
             });
         }
         drop(batch);

@@ -1,6 +1,11 @@
 //! The engine's online model of what a step costs: the target forward by number of rows, the
 //! drafting call by draft depth and draft tokens, and the rest of the step, from the engine's
-//! own timings. Forward costs are medians of the recent timings per row count (a step that the
+//! own timings. Forward costs are those of decode steps only, every row a request's known
+//! token or one of its drafts: a step with prefill work computes the logits of few of its rows
+//! and runs its many rows through a matrix product that costs less per row than a decode
+//! batch's few-row kernels, so its cost per row would price verification rows too cheap (on a
+//! 2-core CPU, a 340-row prefill chunk about 1 ms per row, rows added to 8 decode rows about 2).
+//! They are medians of the recent timings per row count (a step that the
 //! operating system preempted takes twice as long, and an average would carry that into the
 //! cost of a row, which decides how much to draft), or the fastest timing of a row count timed
 //! only once or twice; the curve is the lower convex hull of those costs (a size measured
@@ -148,6 +153,9 @@ pub(crate) struct StepTiming {
     pub draft: Duration,
     /// Everything else of the step (verification, commit, outputs).
     pub other: Duration,
+    /// Whether every row of the forward was a decode row: one known token of a request or
+    /// one of its drafts, each with its logits (no prefill work).
+    pub decode_rows_only: bool,
 }
 
 /// Seconds of drafting calls: taking in committed rows alone (depth 0), and drafting as a
@@ -228,7 +236,7 @@ pub(crate) struct StepCosts {
 impl StepCosts {
     /// Takes in one step's timings.
     pub fn observe(&mut self, timing: &StepTiming) {
-        if timing.rows > 0 {
+        if timing.rows > 0 && timing.decode_rows_only {
             self.forward
                 .observe(timing.rows, timing.forward.as_secs_f64());
         }
@@ -293,6 +301,7 @@ mod tests {
             draft_tokens: 0,
             draft: Duration::ZERO,
             other: Duration::ZERO,
+            decode_rows_only: true,
         });
     }
 
@@ -315,6 +324,29 @@ mod tests {
     }
 
     #[test]
+    fn steps_with_prefill_rows_do_not_price_verification_rows() {
+        // A CPU's forward by rows: 8 and 12 decode rows, and a 340-row prefill chunk whose
+        // rows cost about 1 ms each where a row added to the decode batch costs 2.
+        let mut costs = StepCosts::default();
+        for _ in 0..3 {
+            forward(&mut costs, 8, 31);
+            forward(&mut costs, 12, 39);
+            costs.observe(&StepTiming {
+                rows: 340,
+                forward: Duration::from_millis(350),
+                draft_depth: 0,
+                draft_tokens: 0,
+                draft: Duration::ZERO,
+                other: Duration::ZERO,
+                decode_rows_only: false,
+            });
+        }
+        let curve = costs.forward_curve(8, 4).unwrap();
+        assert!((curve[4] - 0.039).abs() < 1e-9, "{curve:?}");
+        assert!((curve[2] - 0.035).abs() < 1e-9, "{curve:?}");
+    }
+
+    #[test]
     fn a_plain_step_costs_a_one_row_forward_and_the_rest_of_a_step() {
         let mut costs = StepCosts::default();
         assert_eq!(costs.plain_step(), None);
@@ -326,6 +358,7 @@ mod tests {
             draft_tokens: 0,
             draft: Duration::ZERO,
             other: Duration::from_millis(1),
+            decode_rows_only: true,
         });
         let seconds = costs.plain_step().unwrap();
         // The rest of a step is smoothed from 0 (the first step) towards 1 ms.
@@ -388,6 +421,7 @@ mod tests {
             draft_tokens: tokens,
             draft: Duration::from_secs_f64(ms / 1e3),
             other: Duration::from_millis(2),
+            decode_rows_only: true,
         });
     }
 
