@@ -1,16 +1,19 @@
 //! The engine's online model of what a step costs: the target forward by number of rows, the
 //! drafting call by draft depth and draft tokens, and the rest of the step, from the engine's
-//! own timings. Forward costs are those of decode steps only, every row a request's known
-//! token or one of its drafts: a step with prefill work computes the logits of few of its rows
-//! and runs its many rows through a matrix product that costs less per row than a decode
-//! batch's few-row kernels, so its cost per row would price verification rows too cheap (on a
-//! 2-core CPU, a 340-row prefill chunk about 1 ms per row, rows added to 8 decode rows about 2).
-//! They are medians of the recent timings per row count (a step that the
-//! operating system preempted takes twice as long, and an average would carry that into the
-//! cost of a row, which decides how much to draft), or the fastest timing of a row count timed
-//! only once or twice; the curve is the lower convex hull of those costs (a size measured
-//! above it was measured in worse conditions), interpolated between its points; beyond the largest measured forward the cost grows in
-//! proportion to the rows (compute-bound), below the smallest it stays flat (memory-bound).
+//! own timings. Forward costs are those of decode steps, every row a request's known token or
+//! one of its drafts: a step with prefill work computes the logits of few of its rows and runs
+//! its many rows through a matrix product that costs less per row than a decode batch's
+//! few-row kernels, so its cost per row would price verification rows too cheap (on a 2-core
+//! CPU, a 340-row prefill chunk about 1 ms per row, rows added to 8 decode rows about 2).
+//! They are medians of the recent timings per row count (a step that the operating system
+//! preempted takes twice as long, and an average would carry that into the cost of a row,
+//! which decides how much to draft), or the fastest timing of a row count timed only once or
+//! twice; the curve is the lower convex hull of those costs (a size measured above it was
+//! measured in worse conditions), interpolated between its points; below the smallest it stays
+//! flat (memory-bound). Beyond the largest decode step measured, the cost grows as the hull of
+//! all steps' timings (prefill chunks included) grows there, or in proportion to the rows where
+//! nothing larger was timed: a row count no decode step has reached yet is priced on the cheap
+//! side, so the policy may draft it and so measure it.
 //! Drafting costs are a least-squares fit over the recent drafting calls: each draft step (a
 //! depth) costs a fixed part, each draft token a part of its own.
 
@@ -228,7 +231,10 @@ impl DraftCosts {
 /// The engine's cost model.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct StepCosts {
+    /// Forward timings of decode steps.
     forward: CostCurve,
+    /// Forward timings of every step, prefill work included.
+    any_forward: CostCurve,
     draft: DraftCosts,
     other: Option<Smoothed>,
 }
@@ -236,9 +242,12 @@ pub(crate) struct StepCosts {
 impl StepCosts {
     /// Takes in one step's timings.
     pub fn observe(&mut self, timing: &StepTiming) {
-        if timing.rows > 0 && timing.decode_rows_only {
-            self.forward
-                .observe(timing.rows, timing.forward.as_secs_f64());
+        if timing.rows > 0 {
+            let seconds = timing.forward.as_secs_f64();
+            self.any_forward.observe(timing.rows, seconds);
+            if timing.decode_rows_only {
+                self.forward.observe(timing.rows, seconds);
+            }
         }
         self.draft.observe(
             timing.draft_depth,
@@ -257,8 +266,15 @@ impl StepCosts {
     /// fraction of the cheapest measured forward. `None` before any measured forward.
     pub fn forward_curve(&self, first_rows: usize, extra_rows: usize) -> Option<Vec<f64>> {
         let hull = self.forward.lower_hull();
-        let at =
-            |rows: usize| interpolate(&hull, rows, |s0, c0| c0 * rows as f64 / s0.max(1) as f64);
+        let any_hull = self.any_forward.lower_hull();
+        let proportional = |s0: usize, c0: f64, rows: usize| c0 * rows as f64 / s0.max(1) as f64;
+        let any_at =
+            |rows: usize| interpolate(&any_hull, rows, |s0, c0| proportional(s0, c0, rows));
+        let beyond = |s0: usize, c0: f64, rows: usize| match (any_at(s0), any_at(rows)) {
+            (Some(from), Some(to)) => c0 + (to - from).max(0.0),
+            _ => proportional(s0, c0, rows),
+        };
+        let at = |rows: usize| interpolate(&hull, rows, |s0, c0| beyond(s0, c0, rows));
         let cheapest = hull.first()?.1;
         let min_step = MIN_ROW_COST * cheapest;
         let mut curve = Vec::with_capacity(extra_rows + 1);
@@ -344,6 +360,26 @@ mod tests {
         let curve = costs.forward_curve(8, 4).unwrap();
         assert!((curve[4] - 0.039).abs() < 1e-9, "{curve:?}");
         assert!((curve[2] - 0.035).abs() < 1e-9, "{curve:?}");
+    }
+
+    #[test]
+    fn beyond_the_largest_decode_step_rows_cost_what_all_steps_say() {
+        // One-row decode steps only, and a 21-row prefill chunk 10 ms dearer than one row:
+        // the two-row step no decode step has run yet costs half a millisecond more, not twice
+        // the one-row forward.
+        let mut costs = StepCosts::default();
+        forward(&mut costs, 1, 20);
+        costs.observe(&StepTiming {
+            rows: 21,
+            forward: Duration::from_millis(30),
+            draft_depth: 0,
+            draft_tokens: 0,
+            draft: Duration::ZERO,
+            other: Duration::ZERO,
+            decode_rows_only: false,
+        });
+        let curve = costs.forward_curve(1, 1).unwrap();
+        assert!((curve[1] - 0.0205).abs() < 1e-9, "{curve:?}");
     }
 
     #[test]
