@@ -266,7 +266,13 @@ impl StepCosts {
     /// fraction of the cheapest measured forward. `None` before any measured forward.
     pub fn forward_curve(&self, first_rows: usize, extra_rows: usize) -> Option<Vec<f64>> {
         let hull = self.forward.lower_hull();
-        let any_hull = self.any_forward.lower_hull();
+        let largest = hull.last()?.0;
+        // All steps' hull only where the curve reaches beyond the decode steps measured.
+        let any_hull = if first_rows + extra_rows > largest {
+            self.any_forward.lower_hull()
+        } else {
+            Vec::new()
+        };
         let proportional = |s0: usize, c0: f64, rows: usize| c0 * rows as f64 / s0.max(1) as f64;
         let any_at =
             |rows: usize| interpolate(&any_hull, rows, |s0, c0| proportional(s0, c0, rows));
@@ -310,6 +316,12 @@ mod tests {
     use super::*;
 
     fn forward(costs: &mut StepCosts, rows: usize, ms: u64) {
+        timed_forward(costs, rows, ms, true);
+    }
+
+    /// Takes in a step whose forward of `rows` rows took `ms`, with prefill work unless
+    /// `decode_rows_only`.
+    fn timed_forward(costs: &mut StepCosts, rows: usize, ms: u64, decode_rows_only: bool) {
         costs.observe(&StepTiming {
             rows,
             forward: Duration::from_millis(ms),
@@ -317,7 +329,7 @@ mod tests {
             draft_tokens: 0,
             draft: Duration::ZERO,
             other: Duration::ZERO,
-            decode_rows_only: true,
+            decode_rows_only,
         });
     }
 
@@ -347,15 +359,7 @@ mod tests {
         for _ in 0..3 {
             forward(&mut costs, 8, 31);
             forward(&mut costs, 12, 39);
-            costs.observe(&StepTiming {
-                rows: 340,
-                forward: Duration::from_millis(350),
-                draft_depth: 0,
-                draft_tokens: 0,
-                draft: Duration::ZERO,
-                other: Duration::ZERO,
-                decode_rows_only: false,
-            });
+            timed_forward(&mut costs, 340, 350, false);
         }
         let curve = costs.forward_curve(8, 4).unwrap();
         assert!((curve[4] - 0.039).abs() < 1e-9, "{curve:?}");
@@ -369,15 +373,7 @@ mod tests {
         // the one-row forward.
         let mut costs = StepCosts::default();
         forward(&mut costs, 1, 20);
-        costs.observe(&StepTiming {
-            rows: 21,
-            forward: Duration::from_millis(30),
-            draft_depth: 0,
-            draft_tokens: 0,
-            draft: Duration::ZERO,
-            other: Duration::ZERO,
-            decode_rows_only: false,
-        });
+        timed_forward(&mut costs, 21, 30, false);
         let curve = costs.forward_curve(1, 1).unwrap();
         assert!((curve[1] - 0.0205).abs() < 1e-9, "{curve:?}");
     }

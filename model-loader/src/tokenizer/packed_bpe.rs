@@ -1,4 +1,4 @@
-//! A byte-pair-encoding model kept in four flat arrays.
+//! A byte-pair-encoding model kept in a few flat arrays.
 //!
 //! The `tokenizers` crate's BPE model keeps its vocabulary twice, as a map from text to id and
 //! a map from id to text, each token's text in an allocation of its own, and its merge rules in
