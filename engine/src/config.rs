@@ -109,6 +109,24 @@ pub struct EagleDrafter {
     /// depend on it.
     #[serde(default)]
     pub weights: Option<WeightFormat>,
+    /// A prompt lookup whose chain replaces the head's for a request wherever it is expected
+    /// to be accepted further (text repeating earlier text); `None`: the head's chains only.
+    /// Chains only: EAGLE-2 trees are kept as the head grows them.
+    #[serde(default)]
+    pub lookup: Option<NgramDrafter>,
+}
+
+impl EagleDrafter {
+    /// Chains from the head in `draft_model`, in the default format, assisted by
+    /// [`NgramDrafter::assisting`].
+    pub fn new(draft_model: impl Into<PathBuf>) -> Self {
+        Self {
+            draft_model: draft_model.into(),
+            tree: None,
+            weights: None,
+            lookup: Some(NgramDrafter::assisting()),
+        }
+    }
 }
 
 /// Prompt-lookup drafting: the tokens that followed the latest earlier occurrence of the
@@ -125,6 +143,16 @@ impl Default for NgramDrafter {
     /// n-grams of 1 to 4 tokens.
     fn default() -> Self {
         Self { min_n: 1, max_n: 4 }
+    }
+}
+
+impl NgramDrafter {
+    /// The lookup assisting a draft head ([`EagleDrafter::lookup`]): n-grams of 2 to 8
+    /// tokens. A single matching token is too weak a sign to outbid a head (its drafts are
+    /// accepted far less often than the `1/2` confidence it carries), and long matches, which
+    /// mostly continue, are told apart from short ones.
+    pub fn assisting() -> Self {
+        Self { min_n: 2, max_n: 8 }
     }
 }
 
@@ -246,21 +274,13 @@ impl SpeculativeConfig {
 
     /// EAGLE-1 chains of `num_speculative_tokens` from the head in `draft_model`.
     pub fn eagle(draft_model: impl Into<PathBuf>, num_speculative_tokens: usize) -> Self {
-        let drafter = EagleDrafter {
-            draft_model: draft_model.into(),
-            tree: None,
-            weights: None,
-        };
+        let drafter = EagleDrafter::new(draft_model);
         Self::new(SpeculativeMethod::Eagle(drafter), num_speculative_tokens)
     }
 
     /// EAGLE-3 chains of `num_speculative_tokens` from the head in `draft_model`.
     pub fn eagle3(draft_model: impl Into<PathBuf>, num_speculative_tokens: usize) -> Self {
-        let drafter = EagleDrafter {
-            draft_model: draft_model.into(),
-            tree: None,
-            weights: None,
-        };
+        let drafter = EagleDrafter::new(draft_model);
         Self::new(SpeculativeMethod::Eagle3(drafter), num_speculative_tokens)
     }
 
@@ -268,6 +288,18 @@ impl SpeculativeConfig {
     pub fn ngram(num_speculative_tokens: usize) -> Self {
         let drafter = NgramDrafter::default();
         Self::new(SpeculativeMethod::Ngram(drafter), num_speculative_tokens)
+    }
+
+    /// These settings with `lookup` assisting an EAGLE head's chains
+    /// ([`EagleDrafter::lookup`]; `None` drafts with the head only); other methods are
+    /// returned unchanged.
+    pub fn with_lookup_assist(mut self, lookup: Option<NgramDrafter>) -> Self {
+        if let SpeculativeMethod::Eagle(drafter) | SpeculativeMethod::Eagle3(drafter) =
+            &mut self.method
+        {
+            drafter.lookup = lookup;
+        }
+        self
     }
 
     /// Drafting with the proposer given to [`crate::Llm::with_proposer`], at most
@@ -573,9 +605,8 @@ mod tests {
         eagle.validate().unwrap();
         let with_tree = |tree| {
             SpeculativeMethod::Eagle3(EagleDrafter {
-                draft_model: "/head".into(),
                 tree: Some(tree),
-                weights: None,
+                ..EagleDrafter::new("/head")
             })
         };
         eagle.method = with_tree(DraftTreeConfig {

@@ -259,9 +259,18 @@ impl DraftPolicy {
             probe_every,
         } = self.best_lengths(other_rows, candidates, min_draft_tokens);
         let thresholds = thresholds.filter(|t| {
-            min_draft_tokens == 0
+            let gated = min_draft_tokens == 0
                 && self.calibration.observed() >= MIN_CALIBRATION_OUTCOMES
-                && t.extend_above < self.calibration.mean_acceptance()
+                && t.extend_above < self.calibration.mean_acceptance();
+            if !gated {
+                tracing::debug!(
+                    extend_above = t.extend_above,
+                    mean_acceptance = self.calibration.mean_acceptance(),
+                    outcomes = self.calibration.observed(),
+                    "chains not gated"
+                );
+            }
+            gated
         });
         let free_gated_drafts = thresholds.is_some() && self.drafting_is_free();
         let mut gated = vec![false; candidates.len()];

@@ -10,13 +10,13 @@ use aquila_model_loader::quant::WeightFormat;
 use aquila_spec_decode::eagle::EagleHead;
 use aquila_spec_decode::ngram::{NgramConfig, NgramProposer};
 use aquila_spec_decode::proposer::{
-    Draft, EagleProposer, EagleProposerConfig, EagleTreeConfig, ProposeBatch, ProposeError,
-    ProposeRequest, Proposer,
+    Draft, EagleProposer, EagleProposerConfig, EagleTreeConfig, LookupAssisted, ProposeBatch,
+    ProposeError, ProposeRequest, Proposer,
 };
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
-use crate::config::{SpeculativeConfig, SpeculativeMethod};
+use crate::config::{NgramDrafter, SpeculativeConfig, SpeculativeMethod};
 use crate::error::EngineError;
 use crate::output::RequestId;
 
@@ -107,15 +107,7 @@ impl<B: KernelBackend> Drafter<B> {
                 reason: format!("a proposer was given, but speculative.method is {method}"),
             }),
             (SpeculativeMethod::Ngram(ngram), None) => {
-                let ngram = NgramProposer::new(NgramConfig {
-                    min_n: ngram.min_n,
-                    max_n: ngram.max_n,
-                    k,
-                })
-                .map_err(|e| EngineError::Config {
-                    field: "speculative.ngram",
-                    reason: e.to_string(),
-                })?;
+                let ngram = lookup_proposer(ngram, k, "speculative.ngram")?;
                 Ok(Self {
                     proposer: Box::new(ngram),
                     tap: FeatureTap::None,
@@ -167,9 +159,18 @@ impl<B: KernelBackend> Drafter<B> {
                 let proposer =
                     EagleProposer::new(head, draft_target, proposer_config, max_num_seqs)
                         .map_err(|e| draft_error(e.to_string()))?;
+                let tap = proposer.feature_tap();
+                let proposer: Box<dyn Proposer<Tensor<B, 2>> + Send> =
+                    match eagle.lookup.filter(|_| eagle.tree.is_none()) {
+                        Some(lookup) => Box::new(LookupAssisted::new(
+                            proposer,
+                            lookup_proposer(&lookup, k, "speculative.method.lookup")?,
+                        )),
+                        None => Box::new(proposer),
+                    };
                 Ok(Self {
-                    tap: proposer.feature_tap(),
-                    proposer: Box::new(proposer),
+                    tap,
+                    proposer,
                     disabled: HashSet::new(),
                 })
             }
@@ -269,6 +270,24 @@ impl<B: KernelBackend> Drafter<B> {
             self.disabled.insert(request.request_id);
         }
     }
+}
+
+/// The prompt lookup of `ngram`'s settings drafting up to `k` tokens; an invalid setting is a
+/// configuration error of `field`.
+fn lookup_proposer(
+    ngram: &NgramDrafter,
+    k: usize,
+    field: &'static str,
+) -> Result<NgramProposer, EngineError> {
+    NgramProposer::new(NgramConfig {
+        min_n: ngram.min_n,
+        max_n: ngram.max_n,
+        k,
+    })
+    .map_err(|e| EngineError::Config {
+        field,
+        reason: e.to_string(),
+    })
 }
 
 #[cfg(test)]

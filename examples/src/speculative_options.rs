@@ -47,6 +47,21 @@ pub struct SpeculativeOptions {
     /// `q8_0` on the CPU, else the target's (`--dtype`).
     #[arg(long)]
     pub draft_weights: Option<WeightFormat>,
+    /// EAGLE chains: `auto` (and `on`) verify a prompt lookup's chain instead of the head's
+    /// wherever the lookup is expected to be accepted further; `off` drafts with the head only.
+    #[arg(long, value_enum, default_value_t = LookupAssistArg::Auto)]
+    pub lookup_assist: LookupAssistArg,
+}
+
+/// Whether a prompt lookup assists an EAGLE head's chains.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LookupAssistArg {
+    /// On for EAGLE methods.
+    Auto,
+    /// On; an error for methods other than EAGLE.
+    On,
+    /// Off.
+    Off,
 }
 
 /// How many tokens each request drafts per step.
@@ -85,26 +100,38 @@ impl SpeculativeOptions {
             top_k: self.tree_top_k,
             num_nodes: self.tree_nodes,
         });
+        if tree.is_some() && self.lookup_assist == LookupAssistArg::On {
+            bail!("--lookup-assist on assists chains; with --tree-nodes the head grows the trees alone");
+        }
         let method = match (chosen, self.resolve_draft(chosen)?) {
-            (DraftMethod::Eagle, Some(draft_model)) => SpeculativeMethod::Eagle(EagleDrafter {
-                draft_model,
-                tree,
-                weights: self.draft_weights,
-            }),
-            (DraftMethod::Eagle3, Some(draft_model)) => SpeculativeMethod::Eagle3(EagleDrafter {
-                draft_model,
-                tree,
-                weights: self.draft_weights,
-            }),
+            (DraftMethod::Eagle, Some(draft_model)) => {
+                SpeculativeMethod::Eagle(self.eagle_drafter(draft_model, tree))
+            }
+            (DraftMethod::Eagle3, Some(draft_model)) => {
+                SpeculativeMethod::Eagle3(self.eagle_drafter(draft_model, tree))
+            }
             (DraftMethod::Ngram, _) if tree.is_some() => {
                 bail!("--tree-nodes needs an EAGLE method; n-gram drafting proposes chains")
             }
             (DraftMethod::Ngram, _) if self.draft_weights.is_some() => {
                 bail!("--draft-weights needs an EAGLE method; n-gram drafting has no weights")
             }
+            (DraftMethod::Ngram, _) if self.lookup_assist == LookupAssistArg::On => {
+                bail!("--lookup-assist on needs an EAGLE method; n-gram drafting is a lookup")
+            }
             (DraftMethod::Ngram, _) => SpeculativeMethod::Ngram(NgramDrafter::default()),
             _ => bail!("an EAGLE method needs a draft head (--draft DIR)"),
         };
+        if let SpeculativeMethod::Eagle(drafter) | SpeculativeMethod::Eagle3(drafter) = &method {
+            match (drafter.lookup, drafter.tree) {
+                (Some(lookup), None) => println!(
+                    "lookup assist: n-grams of {} to {} tokens (--lookup-assist off to disable)",
+                    lookup.min_n, lookup.max_n
+                ),
+                (Some(_), Some(_)) => println!("lookup assist: none (trees are the head's own)"),
+                (None, _) => println!("lookup assist: off"),
+            }
+        }
         let mut config = SpeculativeConfig::new(method, self.num_spec_tokens);
         config.disable_by_batch_size = self.disable_by_batch_size;
         config.draft_length = match self.draft_length {
@@ -117,6 +144,20 @@ impl SpeculativeOptions {
             DraftLengthArg::Fixed => DraftLength::Fixed,
         };
         Ok(Some(config))
+    }
+
+    /// An EAGLE head's drafter: chains assisted by a prompt lookup unless
+    /// `--lookup-assist off` (or trees: they are kept as the head grows them).
+    fn eagle_drafter(&self, draft_model: PathBuf, tree: Option<DraftTreeConfig>) -> EagleDrafter {
+        EagleDrafter {
+            tree,
+            weights: self.draft_weights,
+            lookup: match self.lookup_assist {
+                LookupAssistArg::Off => None,
+                LookupAssistArg::Auto | LookupAssistArg::On => Some(NgramDrafter::assisting()),
+            },
+            ..EagleDrafter::new(draft_model)
+        }
     }
 
     /// The method asked for, or the default: the shipped EAGLE-3 head when there is one.
@@ -156,4 +197,67 @@ impl SpeculativeOptions {
 
 fn has_config(dir: &Path) -> bool {
     dir.join("config.json").exists()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        speculative: SpeculativeOptions,
+    }
+
+    fn config(args: &[&str]) -> Result<Option<SpeculativeConfig>> {
+        let argv = std::iter::once("test").chain(args.iter().copied());
+        Cli::try_parse_from(argv)?.speculative.speculative_config()
+    }
+
+    fn lookup_of(args: &[&str]) -> Option<NgramDrafter> {
+        match config(args).unwrap().unwrap().method {
+            SpeculativeMethod::Eagle(drafter) | SpeculativeMethod::Eagle3(drafter) => {
+                drafter.lookup
+            }
+            method => panic!("not an EAGLE method: {method}"),
+        }
+    }
+
+    #[test]
+    fn eagle_chains_are_assisted_by_a_lookup_unless_turned_off() {
+        let head = ["--draft", "/head"];
+        let assisted = Some(NgramDrafter::assisting());
+        assert_eq!(
+            lookup_of(&[&["--method", "eagle3"], &head[..]].concat()),
+            assisted
+        );
+        assert_eq!(
+            lookup_of(&[&["--method", "eagle", "--lookup-assist", "on"], &head[..]].concat()),
+            assisted
+        );
+        assert_eq!(
+            lookup_of(&[&["--method", "eagle3", "--lookup-assist", "off"], &head[..]].concat()),
+            None
+        );
+    }
+
+    #[test]
+    fn asking_for_the_assist_where_it_cannot_run_is_an_error() {
+        let error = |args: &[&str]| config(args).unwrap_err().to_string();
+        assert!(error(&["--method", "ngram", "--lookup-assist", "on"]).contains("EAGLE method"));
+        let trees = [
+            "--method",
+            "eagle3",
+            "--draft",
+            "/head",
+            "--tree-nodes",
+            "6",
+            "--lookup-assist",
+            "on",
+        ];
+        assert!(error(&trees).contains("--tree-nodes"));
+        // Left on auto, trees simply run without it.
+        assert!(config(&trees[..6]).is_ok());
+    }
 }

@@ -1,11 +1,13 @@
 //! Lossless speculative decoding on the tiny model: with EAGLE-1 and EAGLE-3 heads of random
-//! weights and with n-gram lookup, greedy speculative output equals greedy plain output token
+//! weights (with and without the prompt lookup assisting their chains) and with n-gram lookup, greedy speculative output equals greedy plain output token
 //! for token, one request at a time and batched, for k = 1..=5, also under tight token and KV
 //! budgets (drafts cut or dropped, preemptions) and in batches mixing sampled requests.
 
 use crate::common;
 
-use aquila_engine::{DraftLength, KvCacheBudget, Llm, SamplingParams, SpeculativeConfig};
+use aquila_engine::{
+    DraftLength, KvCacheBudget, Llm, NgramDrafter, SamplingParams, SpeculativeConfig,
+};
 use common::spec::{eagle1_head, eagle3_head, prompt_ids, run, run_single};
 use common::{config, greedy, mixed, tiny_model, PROMPTS};
 
@@ -58,6 +60,41 @@ fn eagle3_random_head_is_lossless() {
     let model = tiny_model();
     let head = eagle3_head(model.path());
     assert_lossless(model.path(), |k| SpeculativeConfig::eagle3(head.path(), k));
+}
+
+#[test]
+fn eagle_chains_without_the_lookup_assist_are_lossless() {
+    let model = tiny_model();
+    let head = eagle3_head(model.path());
+    assert_lossless(model.path(), |k| {
+        SpeculativeConfig::eagle3(head.path(), k).with_lookup_assist(None)
+    });
+}
+
+#[test]
+fn the_lookup_assist_replaces_a_random_heads_chains_where_the_text_repeats() {
+    let model = tiny_model();
+    let head = eagle1_head(model.path());
+    let accepted = |lookup: Option<NgramDrafter>| {
+        let mut engine_config = config(model.path());
+        engine_config.speculative = Some(SpeculativeConfig {
+            draft_length: DraftLength::Fixed,
+            ..SpeculativeConfig::eagle(head.path(), 3).with_lookup_assist(lookup)
+        });
+        let mut llm = Llm::new(engine_config).unwrap();
+        let outputs = llm.generate(PROMPTS, &greedy(MAX_TOKENS)).unwrap();
+        outputs
+            .iter()
+            .map(|o| o.metrics.num_accepted_tokens)
+            .sum::<usize>()
+    };
+    // The tiny model's greedy text repeats itself, which a lookup continues and a head of
+    // random weights does not.
+    let (alone, assisted) = (accepted(None), accepted(Some(NgramDrafter::assisting())));
+    assert!(
+        assisted > 2 * alone.max(1),
+        "accepted tokens: {assisted} assisted, {alone} from the head alone"
+    );
 }
 
 #[test]

@@ -177,9 +177,8 @@ fn chains_and_trees_stay_lossless_with_the_policy_on() {
     for tree in [None, Some(DraftTreeConfig::default())] {
         let mut engine_config = config(model.path());
         let drafter = EagleDrafter {
-            draft_model: head.path().to_path_buf(),
             tree,
-            weights: None,
+            ..EagleDrafter::new(head.path())
         };
         engine_config.speculative =
             Some(SpeculativeConfig::new(SpeculativeMethod::Eagle(drafter), K));

@@ -137,6 +137,19 @@ impl ConfidenceCalibration {
         }
     }
 
+    /// The expected number of accepted tokens of a chain drafted with these `confidences`:
+    /// the sum of its tokens' path probabilities (each the product of the calibrated
+    /// acceptances up to it, since a token counts only when all before it are accepted).
+    pub fn expected_accepted(&self, confidences: &[f32]) -> f64 {
+        confidences
+            .iter()
+            .scan(1.0, |path, &confidence| {
+                *path *= self.acceptance(confidence);
+                Some(*path)
+            })
+            .sum()
+    }
+
     /// Takes in the outcome of one token at `position` of its chain, given that every draft
     /// before it was accepted (a verified token, or a token a gate dropped judged by the
     /// target's next token).
@@ -221,6 +234,19 @@ mod tests {
         let calibration = ConfidenceCalibration::new();
         assert!((calibration.acceptance(0.85) - 0.85).abs() < 1e-6);
         assert_eq!(calibration.mean_acceptance(), INITIAL_MEAN_ACCEPTANCE);
+    }
+
+    #[test]
+    fn expected_accepted_sums_the_path_probabilities() {
+        let mut calibration = ConfidenceCalibration::new();
+        // Uncalibrated: 0.5 + 0.5 * 0.8 = 0.9.
+        assert!((calibration.expected_accepted(&[0.5, 0.8]) - 0.9).abs() < 1e-6);
+        assert_eq!(calibration.expected_accepted(&[]), 0.0);
+        // Tokens at 0.95 that are never accepted make every later token worthless.
+        for _ in 0..500 {
+            calibration.observe_chain(&[0.95], 0);
+        }
+        assert!(calibration.expected_accepted(&[0.95, 0.5, 0.5]) < 0.02);
     }
 
     #[test]

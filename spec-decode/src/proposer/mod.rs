@@ -10,8 +10,9 @@
 //! a preempted request starts over from position 0 when it is scheduled again.
 //!
 //! Implementations: [`EagleProposer`] (burn feature; EAGLE-1/EAGLE-3 chains or EAGLE-2 trees),
-//! [`crate::ngram::NgramProposer`] (prompt lookup) and [`ReplayProposer`] (replays known
-//! continuations, for tests). The trait is generic over the feature type `F` so that it builds
+//! [`crate::ngram::NgramProposer`] (prompt lookup), [`LookupAssisted`] (a proposer whose chains
+//! give way to a lookup's where that is expected to be accepted further) and [`ReplayProposer`]
+//! (replays known continuations, for tests). The trait is generic over the feature type `F` so that it builds
 //! without burn; with burn the engine uses `F = Tensor<B, 2>` (`[rows, width]`).
 //!
 //! ```
@@ -40,6 +41,7 @@ mod draft;
 #[cfg(feature = "burn")]
 mod eagle;
 mod error;
+mod lookup_assist;
 mod ngram;
 mod replay;
 
@@ -49,6 +51,7 @@ pub use draft::{ChainDraft, Draft, DroppedToken};
 #[cfg(feature = "burn")]
 pub use eagle::{DraftSampling, EagleProposer, EagleProposerConfig, EagleTreeConfig};
 pub use error::ProposeError;
+pub use lookup_assist::LookupAssisted;
 pub use replay::ReplayProposer;
 
 /// A drafter of speculative tokens, called by the engine once per step for the whole batch.

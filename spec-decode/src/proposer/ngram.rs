@@ -2,7 +2,7 @@
 
 use rayon::prelude::*;
 
-use super::{ChainDraft, Draft, ProposeBatch, ProposeError, Proposer};
+use super::{ChainDraft, ChainStop, Draft, ProposeBatch, ProposeError, Proposer};
 use crate::ngram::NgramProposer;
 
 /// Prompt lookup keeps no per-request state and reads no target feature, so it works with any
@@ -27,14 +27,7 @@ impl<F> Proposer<F> for NgramProposer {
             .requests
             .par_iter()
             .map(|request| {
-                if request.max_draft_tokens == 0 {
-                    return Draft::empty();
-                }
-                let (mut tokens, matched) = lookup.propose_matched(request.tokens);
-                tokens.truncate(request.max_draft_tokens);
-                let confidence = matched as f32 / (matched + 1) as f32;
-                let confidences = vec![confidence; tokens.len()];
-                Draft::Chain(ChainDraft::cut(tokens, confidences, request.stop))
+                Draft::Chain(lookup.chain(request.tokens, request.max_draft_tokens, request.stop))
             })
             .collect())
     }
@@ -42,11 +35,32 @@ impl<F> Proposer<F> for NgramProposer {
     fn release(&mut self, _request_id: u64) {}
 }
 
+impl NgramProposer {
+    /// The lookup's chain for a request whose tokens so far (ending with its root) are
+    /// `tokens`: at most `max_draft_tokens`, each with the confidence `n / (n + 1)` of a match
+    /// of `n` tokens, cut where `stop` ends it.
+    pub(crate) fn chain(
+        &self,
+        tokens: &[u32],
+        max_draft_tokens: usize,
+        stop: Option<ChainStop<'_>>,
+    ) -> ChainDraft {
+        if max_draft_tokens == 0 {
+            return ChainDraft::default();
+        }
+        let (mut drafted, matched) = self.propose_matched(tokens);
+        drafted.truncate(max_draft_tokens);
+        let confidence = matched as f32 / (matched + 1) as f32;
+        let confidences = vec![confidence; drafted.len()];
+        ChainDraft::cut(drafted, confidences, stop)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::ngram::NgramConfig;
-    use crate::proposer::{ChainStop, ConfidenceCalibration, ProposeRequest};
+    use crate::proposer::{ConfidenceCalibration, ProposeRequest};
 
     /// Lookups of 1 or 2 tokens, drafting up to 3.
     fn lookup() -> NgramProposer {
