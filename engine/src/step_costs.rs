@@ -8,9 +8,11 @@
 //! They are medians of the recent timings per row count (a step that the operating system
 //! preempted takes twice as long, and an average would carry that into the cost of a row,
 //! which decides how much to draft), or the fastest timing of a row count timed only once or
-//! twice; the curve is the lower convex hull of those costs (a size measured above it was
-//! measured in worse conditions), interpolated between its points; below the smallest it stays
-//! flat (memory-bound). Beyond the largest decode step measured, the cost grows as the hull of
+//! twice, and no more than the cheap side below says where it lies beyond every row count
+//! timed three times or more (one slow first timing would otherwise keep a row count the
+//! policy then stops asking for from ever being timed again); the curve is the lower convex
+//! hull of those costs (a size measured above it was measured in worse conditions),
+//! interpolated between its points; below the smallest it stays flat (memory-bound). Beyond the largest decode step measured, the cost grows as the hull of
 //! all steps' timings (prefill chunks included) grows there, or in proportion to the rows where
 //! nothing larger was timed: a row count no decode step has reached yet is priced on the cheap
 //! side, so the policy may draft it and so measure it.
@@ -69,6 +71,11 @@ impl RecentTimings {
         self.recent.push_back(seconds);
     }
 
+    /// Whether enough timings were taken for their median to be the cost.
+    fn settled(&self) -> bool {
+        self.recent.len() >= MIN_MEDIAN_TIMINGS
+    }
+
     fn cost(&self) -> f64 {
         let mut sorted: Vec<f64> = self.recent.iter().copied().collect();
         sorted.sort_by(f64::total_cmp);
@@ -96,25 +103,45 @@ impl CostCurve {
         self.by_size.entry(size).or_default().observe(seconds);
     }
 
-    /// The measured sizes and their costs that lie on the curve's lower convex hull, by size.
-    /// A forward's cost is convex in its rows (flat while the weights' streaming dominates,
-    /// then growing by a fixed cost per row), so a size measured above the hull of the others
-    /// was measured in worse conditions than they were (a longer context, a busy machine, a
-    /// size last run long ago): the hull, not that median, is its cost.
-    fn lower_hull(&self) -> Vec<Point> {
-        let mut hull: Vec<Point> = Vec::with_capacity(self.by_size.len());
-        for (&size, timings) in &self.by_size {
-            let point = (size, timings.cost());
-            while let [.., a, b] = hull[..] {
-                if turns_upward(a, b, point) {
-                    break;
-                }
-                hull.pop();
-            }
-            hull.push(point);
-        }
-        hull
+    /// The measured sizes and their costs, by size.
+    fn points(&self) -> impl Iterator<Item = Point> + '_ {
+        self.by_size.iter().map(|(&size, t)| (size, t.cost()))
     }
+
+    /// The largest size measured.
+    fn largest(&self) -> Option<usize> {
+        self.by_size.keys().next_back().copied()
+    }
+
+    /// The measured sizes and their costs that lie on the curve's lower convex hull, by size.
+    fn lower_hull(&self) -> Vec<Point> {
+        lower_hull(self.points())
+    }
+
+    /// The lower convex hull of the sizes timed at least [`MIN_MEDIAN_TIMINGS`] times.
+    fn settled_hull(&self) -> Vec<Point> {
+        let settled = self.by_size.iter().filter(|(_, t)| t.settled());
+        lower_hull(settled.map(|(&size, t)| (size, t.cost())))
+    }
+}
+
+/// The points of `points` (by increasing size) that lie on their lower convex hull. A forward's
+/// cost is convex in its rows (flat while the weights' streaming dominates, then growing by a
+/// fixed cost per row), so a size measured above the hull of the others was measured in worse
+/// conditions than they were (a longer context, a busy machine, a size last run long ago): the
+/// hull, not that median, is its cost.
+fn lower_hull(points: impl Iterator<Item = Point>) -> Vec<Point> {
+    let mut hull: Vec<Point> = Vec::new();
+    for point in points {
+        while let [.., a, b] = hull[..] {
+            if turns_upward(a, b, point) {
+                break;
+            }
+            hull.pop();
+        }
+        hull.push(point);
+    }
+    hull
 }
 
 /// Whether the path `a`, `b`, `c` (sizes increasing) bends upward at `b`, so that `b` lies
@@ -265,10 +292,16 @@ impl StepCosts {
     /// `first_rows + extra_rows` rows: non-decreasing, each row costing at least a small
     /// fraction of the cheapest measured forward. `None` before any measured forward.
     pub fn forward_curve(&self, first_rows: usize, extra_rows: usize) -> Option<Vec<f64>> {
-        let hull = self.forward.lower_hull();
-        let largest = hull.last()?.0;
-        // All steps' hull only where the curve reaches beyond the decode steps measured.
-        let any_hull = if first_rows + extra_rows > largest {
+        let settled = self.forward.settled_hull();
+        let largest = self.forward.largest()?;
+        // Every size beyond the largest timed often enough was timed once or twice.
+        let cap_beyond = settled
+            .last()
+            .map(|&(size, _)| size)
+            .filter(|&size| size < largest);
+        // All steps' hull only where the curve reaches beyond the decode steps measured, or
+        // where sizes timed once or twice are priced from it.
+        let any_hull = if first_rows + extra_rows > largest || cap_beyond.is_some() {
             self.any_forward.lower_hull()
         } else {
             Vec::new()
@@ -280,6 +313,14 @@ impl StepCosts {
             (Some(from), Some(to)) => c0 + (to - from).max(0.0),
             _ => proportional(s0, c0, rows),
         };
+        // A size beyond those timed often enough costs no more than the cheap side of the
+        // sizes that were says: one slow first timing of a size that the policy then stops
+        // asking for would otherwise price it out of ever being timed again.
+        let cheap_side = |rows: usize| interpolate(&settled, rows, |s0, c0| beyond(s0, c0, rows));
+        let hull = lower_hull(self.forward.points().map(|(size, cost)| match cap_beyond {
+            Some(from) if size > from => (size, cheap_side(size).map_or(cost, |c| cost.min(c))),
+            _ => (size, cost),
+        }));
         let at = |rows: usize| interpolate(&hull, rows, |s0, c0| beyond(s0, c0, rows));
         let cheapest = hull.first()?.1;
         let min_step = MIN_ROW_COST * cheapest;
@@ -376,6 +417,32 @@ mod tests {
         timed_forward(&mut costs, 21, 30, false);
         let curve = costs.forward_curve(1, 1).unwrap();
         assert!((curve[1] - 0.0205).abs() < 1e-9, "{curve:?}");
+    }
+
+    #[test]
+    fn a_size_timed_once_beyond_the_settled_ones_is_priced_on_the_cheap_side() {
+        // One- and two-row decode steps timed often, a 40-row prefill chunk, and one slow
+        // four-row step (the first multi-row forward of a process): until four rows are timed
+        // three times they cost what the cheap side says, so that they get timed again.
+        let mut costs = StepCosts::default();
+        let timings = [(1, 27), (2, 28)].repeat(3);
+        timings
+            .iter()
+            .for_each(|&(rows, ms)| forward(&mut costs, rows, ms));
+        timed_forward(&mut costs, 40, 77, false);
+        forward(&mut costs, 4, 45);
+        let cheap_side = 0.028 + 2.0 * 0.049 / 38.0;
+        let curve = costs.forward_curve(2, 2).unwrap();
+        assert!((curve[2] - cheap_side).abs() < 1e-9, "{curve:?}");
+        assert!(
+            (curve[1] - (0.028 + cheap_side) / 2.0).abs() < 1e-9,
+            "{curve:?}"
+        );
+        // Timed three times, its median stands.
+        forward(&mut costs, 4, 45);
+        forward(&mut costs, 4, 45);
+        let curve = costs.forward_curve(2, 2).unwrap();
+        assert!((curve[2] - 0.045).abs() < 1e-9, "{curve:?}");
     }
 
     #[test]
