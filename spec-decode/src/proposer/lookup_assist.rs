@@ -27,8 +27,8 @@ pub struct LookupAssisted<P> {
 }
 
 impl<P> LookupAssisted<P> {
-    /// `inner` assisted by `lookup` (whose own `k` is ignored: chains follow each request's
-    /// draft budget).
+    /// `inner` assisted by `lookup`; a lookup chain holds at most the lookup's own `k` tokens
+    /// and the request's draft budget (give it the inner proposer's `k`).
     pub fn new(inner: P, lookup: NgramProposer) -> Self {
         Self { inner, lookup }
     }
