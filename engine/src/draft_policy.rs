@@ -59,15 +59,18 @@ pub(crate) struct DraftCandidate<'a> {
     pub acceptance: &'a mut AcceptanceEstimate,
 }
 
-/// The expected gains (tokens) a confident chain's next token must reach in the coming step:
-/// the marginal costs of a verification row and of a drafting step, valued at the step's
-/// expected tokens per second.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// The expected gains (tokens) a confident chain's token must reach in the coming step, per
+/// chain position: the marginal costs of its verification row and of a drafting step, valued
+/// at the step's expected tokens per second. The rows of a position are priced where they land
+/// in the forward: after the roots and the rows of every gated chain's earlier positions, so
+/// that a first draft token, whose row a forward that only streams the weights nearly absorbs,
+/// is not held to the price of a later one.
+#[derive(Clone, Debug, PartialEq)]
 pub(crate) struct StopThresholds {
-    /// Value of one more verification row.
-    pub keep_above: f64,
-    /// Value of one more verification row and drafting step.
-    pub extend_above: f64,
+    /// Per position: the value of its verification row.
+    pub keep_above: Vec<f64>,
+    /// Per position: the value of its verification row and of a drafting step.
+    pub extend_above: Vec<f64>,
 }
 
 /// The policy's drafting orders for one step.
@@ -175,11 +178,11 @@ impl DraftPolicy {
     }
 
     /// The stop rule of gated chains under `thresholds`.
-    pub fn chain_stop(&self, thresholds: StopThresholds) -> ChainStop<'_> {
+    pub fn chain_stop<'a>(&'a self, thresholds: &'a StopThresholds) -> ChainStop<'a> {
         ChainStop {
             calibration: &self.calibration,
-            keep_above: thresholds.keep_above,
-            extend_above: thresholds.extend_above,
+            keep_above: &thresholds.keep_above,
+            extend_above: &thresholds.extend_above,
         }
     }
 
@@ -255,24 +258,37 @@ impl DraftPolicy {
         }
         let Choice {
             mut lengths,
-            thresholds,
+            rate,
             probe_every,
         } = self.best_lengths(other_rows, candidates, min_draft_tokens);
-        let thresholds = thresholds.filter(|t| {
-            let gated = min_draft_tokens == 0
-                && self.calibration.observed() >= MIN_CALIBRATION_OUTCOMES
-                && t.extend_above < self.calibration.mean_acceptance();
-            if !gated {
-                tracing::debug!(
-                    extend_above = t.extend_above,
-                    mean_acceptance = self.calibration.mean_acceptance(),
-                    outcomes = self.calibration.observed(),
-                    "chains not gated"
-                );
-            }
-            gated
-        });
-        let free_gated_drafts = thresholds.is_some() && self.drafting_is_free();
+        let may_gate = rate.is_some()
+            && min_draft_tokens == 0
+            && self.calibration.observed() >= MIN_CALIBRATION_OUTCOMES;
+        let free_drafts = may_gate && self.drafting_is_free();
+        let chains = lengths
+            .iter()
+            .zip(candidates.iter())
+            .filter(|&(&length, candidate)| length > 0 || (free_drafts && candidate.cap > 0))
+            .count();
+        let depth = candidates.iter().map(|c| c.cap).max().unwrap_or(0);
+        let roots = other_rows + candidates.len();
+        let thresholds = rate
+            .filter(|_| may_gate && chains > 0)
+            .and_then(|rate| self.stop_thresholds(roots, chains, depth, rate))
+            .filter(|t| {
+                let first = t.extend_above.first().copied().unwrap_or(0.0);
+                let gated = first < self.calibration.mean_acceptance();
+                if !gated {
+                    tracing::debug!(
+                        extend_above = first,
+                        mean_acceptance = self.calibration.mean_acceptance(),
+                        outcomes = self.calibration.observed(),
+                        "chains not gated"
+                    );
+                }
+                gated
+            });
+        let free_gated_drafts = thresholds.is_some() && free_drafts;
         let mut gated = vec![false; candidates.len()];
         let drafter_useful = self.prior.drafter_useful();
         for ((length, gated), candidate) in lengths.iter_mut().zip(&mut gated).zip(candidates) {
@@ -303,9 +319,38 @@ impl DraftPolicy {
         self.costs.draft(1, 1) < FREE_DRAFTING_SHARE * forward[0]
     }
 
+    /// The thresholds of gated chains for `chains` chains of at most `depth` tokens after
+    /// `roots` rows, with time valued at `rate` tokens per second; `None` before any timing.
+    /// The rows of position `j` (1-based) are priced as the forward's growth from
+    /// `roots + chains * (j - 1)` to `roots + chains * j` rows, shared by the chains.
+    fn stop_thresholds(
+        &self,
+        roots: usize,
+        chains: usize,
+        depth: usize,
+        rate: f64,
+    ) -> Option<StopThresholds> {
+        let forward = self.costs.forward_curve(roots, chains * depth)?;
+        let draft_step = self.costs.draft(2, 2) - self.costs.draft(1, 1);
+        let keep_above: Vec<f64> = (1..=depth)
+            .map(|position| {
+                let growth = forward[chains * position] - forward[chains * (position - 1)];
+                growth / chains as f64 * rate
+            })
+            .collect();
+        let extend_above = keep_above
+            .iter()
+            .map(|keep| keep + draft_step * rate)
+            .collect();
+        Some(StopThresholds {
+            keep_above,
+            extend_above,
+        })
+    }
+
     /// The lengths that maximize expected tokens per second (all caps before any timing), the
-    /// thresholds of confident chains at that choice, and how often requests that do not draft
-    /// are probed.
+    /// expected tokens per second of that choice, and how often requests that do not draft are
+    /// probed.
     fn best_lengths(
         &self,
         other_rows: usize,
@@ -335,7 +380,7 @@ impl DraftPolicy {
         let Some(forward) = self.costs.forward_curve(base_rows, rows.len() + 1) else {
             return Choice {
                 lengths: candidates.iter().map(|c| c.cap).collect(),
-                thresholds: None,
+                rate: None,
                 probe_every: None,
             };
         };
@@ -363,11 +408,6 @@ impl DraftPolicy {
             }
         }
         let row = forward[best + 1] - forward[best];
-        let draft_step = self.costs.draft(2, 2) - self.costs.draft(1, 1);
-        let thresholds = StopThresholds {
-            keep_above: row * best_rate,
-            extend_above: (row + draft_step) * best_rate,
-        };
         let mut lengths = floors;
         for &(_, _, request) in &rows[..best] {
             lengths[request] += 1;
@@ -376,7 +416,7 @@ impl DraftPolicy {
         let probe_every = self.probe_every(idle, row, best_rate, best_seconds);
         Choice {
             lengths,
-            thresholds: Some(thresholds),
+            rate: Some(best_rate),
             probe_every,
         }
     }
@@ -400,8 +440,8 @@ impl DraftPolicy {
 struct Choice {
     /// Most draft tokens of each candidate, in order.
     lengths: Vec<usize>,
-    /// The thresholds of confident chains at that choice; `None` before any timing.
-    thresholds: Option<StopThresholds>,
+    /// The expected tokens per second of that choice; `None` before any timing.
+    rate: Option<f64>,
     /// The shortest interval between two probes of one request; `None` where no probe could
     /// change the choice.
     probe_every: Option<u32>,
@@ -645,10 +685,51 @@ mod tests {
         );
         let t = after.thresholds.expect("gated");
         // A memory-bound row and free drafting: cheap rows, so low thresholds.
-        assert!(t.keep_above > 0.0 && t.keep_above < 0.1, "{t:?}");
-        assert!(t.extend_above >= t.keep_above);
-        let stop = policy.chain_stop(t);
+        assert_eq!(t.keep_above.len(), 3);
+        assert!(t.keep_above[0] > 0.0 && t.keep_above[0] < 0.1, "{t:?}");
+        assert!(t.extend_above[0] >= t.keep_above[0]);
+        let stop = policy.chain_stop(&t);
         assert!((stop.calibration.acceptance(0.9) - 0.88).abs() < 0.03);
+    }
+
+    #[test]
+    fn each_chain_position_is_priced_where_its_rows_land() {
+        let mut policy = DraftPolicy::new(ADAPTIVE, None, 3, 3);
+        // Two rows stream the weights at 25 ms; every row beyond costs 3 ms.
+        measured(&mut policy, 25.0, 2, 3.0);
+        calibrated(&mut policy, 64, 9);
+        let mut plan = |running: usize| {
+            let mut requests = estimates(running, &[0.9, 0.8, 0.7]);
+            let mut candidates: Vec<DraftCandidate<'_>> = requests
+                .iter_mut()
+                .map(|acceptance| DraftCandidate {
+                    request_id: 0,
+                    cap: 3,
+                    acceptance,
+                })
+                .collect();
+            policy.choose(running, 0, &mut candidates)
+        };
+        let one = plan(1).thresholds.expect("gated");
+        let [first, second, third] = one.keep_above[..] else {
+            panic!("{one:?}")
+        };
+        // One request's first draft row fits in the weights' streaming: nearly free, while
+        // its second and third cost 3 ms each.
+        assert!(first < second / 10.0, "{one:?}");
+        assert!(third >= second && third < 1.1 * second, "{one:?}");
+        // Two requests: the first position's two rows already cost 3 ms each.
+        let two = plan(2).thresholds.expect("gated");
+        assert!(two.keep_above[0] > 0.9 * two.keep_above[1], "{two:?}");
+        // A token accepted one time in ten pays for one request's first row, not its second.
+        let stop = policy.chain_stop(&one);
+        let calibration = stop.calibration;
+        let unsure = (1..=9)
+            .map(|tenth| tenth as f32 / 10.0)
+            .find(|&c| (calibration.acceptance(c) - 0.1).abs() < 0.05)
+            .unwrap_or(0.1);
+        assert_ne!(stop.step(0, 1.0, unsure).0, ChainStep::Drop);
+        assert_eq!(stop.step(1, 1.0, unsure).0, ChainStep::Drop, "{one:?}");
     }
 
     #[test]
@@ -656,8 +737,8 @@ mod tests {
         let mut policy = DraftPolicy::new(ADAPTIVE, None, 3, 3);
         calibrated(&mut policy, 64, 9);
         let thresholds = StopThresholds {
-            keep_above: 0.05,
-            extend_above: 0.1,
+            keep_above: vec![0.05],
+            extend_above: vec![0.1],
         };
         // Taken at its word, a drafter 3% sure of a token is not worth a row: the gate drops
         // the token, so no verification would ever tell otherwise.
@@ -665,7 +746,7 @@ mod tests {
             token: 7,
             confidence: 0.03,
         };
-        let decision = |policy: &DraftPolicy| policy.chain_stop(thresholds).step(0, 1.0, 0.03).0;
+        let decision = |policy: &DraftPolicy| policy.chain_stop(&thresholds).step(0, 1.0, 0.03).0;
         assert_eq!(decision(&policy), ChainStep::Drop);
         // The target's next tokens match the dropped ones a third of the time.
         for i in 0..30 {
@@ -697,10 +778,16 @@ mod tests {
         let poor = plan(&[0.4, 0.15, 0.05]);
         assert!(poor.gated.iter().all(|&g| g), "{poor:?}");
         let t = poor.thresholds.expect("gated");
-        assert!(t.keep_above > 0.5, "rows cost nearly a token each: {t:?}");
+        assert!(
+            t.keep_above[0] > 0.5,
+            "rows cost nearly a token each: {t:?}"
+        );
         let strong = plan(&[0.9, 0.8, 0.6]);
         let t = strong.thresholds.expect("a strong drafter drafts");
-        assert!(t.keep_above > 0.5, "rows cost nearly a token each: {t:?}");
+        assert!(
+            t.keep_above[0] > 0.5,
+            "rows cost nearly a token each: {t:?}"
+        );
     }
 
     #[test]

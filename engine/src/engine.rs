@@ -1,6 +1,7 @@
 //! The engine: request intake and the step loop (schedule → forward → verify → stop checks →
 //! commit → drafting → outputs and metrics), generic over the burn backend.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -34,8 +35,14 @@ use crate::stop::{Finish, StopConditions};
 use crate::timing::TokenLatency;
 use crate::verifier::{Verified, Verifier, VerifyInput};
 
+/// The number the next engine of this process gets.
+static NEXT_ENGINE_NUMBER: AtomicU64 = AtomicU64::new(0);
+
 /// The engine on backend `B`.
 pub(crate) struct Engine<B: KernelBackend> {
+    /// This engine's number in its process: the `engine` span of its steps carries it, so that
+    /// the events of engines stepped in turn (benchmarks) can be told apart.
+    number: u64,
     runner: ModelRunner<B>,
     scheduler: Scheduler,
     requests: Requests,
@@ -183,7 +190,9 @@ impl<B: KernelBackend> Engine<B> {
         });
         let verifier = Verifier::new(vocab_size)
             .map_err(|e| EngineError::Model(format!("the model's vocabulary: {e}")))?;
+        let number = NEXT_ENGINE_NUMBER.fetch_add(1, Ordering::Relaxed);
         tracing::info!(
+            number,
             model = %config.model.display(),
             max_model_len = limits.max_model_len,
             kv_capacity_tokens = limits.kv_capacity_tokens,
@@ -204,6 +213,7 @@ impl<B: KernelBackend> Engine<B> {
             eos_token_ids,
             seed: config.seed,
             next_request_id: 0,
+            number,
         })
     }
 
@@ -262,6 +272,7 @@ impl<B: KernelBackend> Engine<B> {
 
     /// Runs one engine step.
     pub fn step(&mut self) -> Result<StepOutput, EngineError> {
+        let _span = tracing::debug_span!("engine", number = self.number).entered();
         let plan = self.scheduler.schedule(&mut self.requests, Instant::now());
         tracing::trace!(
             requests = plan.scheduled.len(),
@@ -721,7 +732,7 @@ impl<B: KernelBackend> Speculation<B> {
                 .collect();
             self.policy.choose(num_running, other_rows, &mut candidates)
         };
-        let stop = plan.thresholds.map(|t| self.policy.chain_stop(t));
+        let stop = plan.thresholds.as_ref().map(|t| self.policy.chain_stop(t));
         let requests: Vec<ProposeRequest<'_>> = spans
             .iter()
             .zip(plan.lengths.iter().zip(&plan.gated))
@@ -740,10 +751,10 @@ impl<B: KernelBackend> Speculation<B> {
         let drafts = self.drafter.draft(features, &requests);
         drop(requests);
         let lengths: Vec<usize> = drafts.iter().map(Draft::num_draft_tokens).collect();
-        if let Some(thresholds) = plan.thresholds.filter(|_| !lengths.is_empty()) {
+        if let Some(thresholds) = plan.thresholds.as_ref().filter(|_| !lengths.is_empty()) {
             tracing::debug!(
-                keep_above = thresholds.keep_above,
-                extend_above = thresholds.extend_above,
+                keep_above = ?thresholds.keep_above,
+                extend_above = ?thresholds.extend_above,
                 allowed = ?plan.lengths,
                 drafted = ?lengths,
                 "gated drafts"

@@ -166,17 +166,29 @@ fn bin_of(confidence: f64) -> usize {
 
 /// Where a confidence-gated chain stops, for one request and step: see the module
 /// documentation. The thresholds are expected gains, in tokens, that a draft token's path
-/// probability must reach.
+/// probability must reach, one per chain position (0 for the first token; positions past the
+/// last take the last, and an empty list is a threshold of 0): a later position's verification
+/// row may cost more than an earlier one's (a forward's cost grows faster with its rows once
+/// they no longer only stream the weights).
 #[derive(Clone, Copy, Debug)]
 pub struct ChainStop<'a> {
     /// The calibration that turns confidences into acceptance probabilities.
     pub calibration: &'a ConfidenceCalibration,
-    /// A drafted token is verified while its path probability is at least this (the value of
-    /// the verification row it takes).
-    pub keep_above: f64,
-    /// Another token is drafted while the expected path probability of that token is at least
-    /// this (the value of a verification row and a drafting step).
-    pub extend_above: f64,
+    /// Per position: a drafted token there is verified while its path probability is at least
+    /// this (the value of the verification row it takes).
+    pub keep_above: &'a [f64],
+    /// Per position: a token there is drafted while its expected path probability is at least
+    /// this (the value of its verification row and a drafting step).
+    pub extend_above: &'a [f64],
+}
+
+/// The threshold of chain `position` in per-position `thresholds`.
+fn at_position(thresholds: &[f64], position: usize) -> f64 {
+    thresholds
+        .get(position)
+        .or(thresholds.last())
+        .copied()
+        .unwrap_or(0.0)
 }
 
 /// A chain's progress under a [`ChainStop`].
@@ -197,9 +209,9 @@ impl ChainStop<'_> {
     pub fn step(&self, position: usize, path: f64, confidence: f32) -> (ChainStep, f64) {
         let path = path * self.calibration.acceptance(confidence);
         let next = self.calibration.mean_acceptance_at(position + 1);
-        let decision = if path < self.keep_above {
+        let decision = if path < at_position(self.keep_above, position) {
             ChainStep::Drop
-        } else if path * next < self.extend_above {
+        } else if path * next < at_position(self.extend_above, position + 1) {
             ChainStep::KeepAndEnd
         } else {
             ChainStep::Extend
@@ -304,8 +316,8 @@ mod tests {
         let calibration = ConfidenceCalibration::new();
         let stop = ChainStop {
             calibration: &calibration,
-            keep_above: 0.1,
-            extend_above: 0.2,
+            keep_above: &[0.1],
+            extend_above: &[0.2],
         };
         // Mean acceptance 0.5: extending needs a path of 0.4.
         let (decision, path) = stop.step(0, 1.0, 0.9);
@@ -321,6 +333,33 @@ mod tests {
         assert_eq!(stop.cut(&[0.9, 0.5, 0.2]), 2);
         assert_eq!(stop.cut(&[0.9, 0.9]), 2);
         assert_eq!(stop.cut(&[0.05, 0.9]), 0);
+    }
+
+    #[test]
+    fn each_position_meets_its_own_threshold() {
+        let calibration = ConfidenceCalibration::new();
+        // The second position's row costs three times the first's.
+        let stop = ChainStop {
+            calibration: &calibration,
+            keep_above: &[0.1, 0.3],
+            extend_above: &[0.1, 0.3],
+        };
+        // A path of 0.6 expects 0.3 at the next position: drafted there, and kept while its
+        // path stays at 0.3 or more.
+        assert_eq!(stop.cut(&[0.6, 0.5, 0.9]), 2);
+        assert_eq!(stop.cut(&[0.6, 0.45]), 1);
+        // A path of 0.5 expects 0.25 at the second position, below its 0.3.
+        assert_eq!(stop.step(0, 1.0, 0.5).0, ChainStep::KeepAndEnd);
+        // Past the last threshold given, positions take the last one.
+        assert_eq!(stop.step(5, 0.4, 0.7).0, ChainStep::Drop);
+        assert_eq!(stop.step(5, 0.4, 0.8).0, ChainStep::KeepAndEnd);
+        // No thresholds: every token pays.
+        let free = ChainStop {
+            calibration: &calibration,
+            keep_above: &[],
+            extend_above: &[],
+        };
+        assert_eq!(free.cut(&[0.01, 0.01, 0.01]), 3);
     }
 
     /// A calibration that has seen `chains` chains of two tokens at confidence 0.9, the first
@@ -352,8 +391,8 @@ mod tests {
         // is seldom accepted.
         let stop = ChainStop {
             calibration: &calibration,
-            keep_above: 0.05,
-            extend_above: 0.2,
+            keep_above: &[0.05],
+            extend_above: &[0.2],
         };
         assert_eq!(stop.step(0, 1.0, 0.9).0, ChainStep::KeepAndEnd);
         // Taken over all positions, the acceptance would have drafted it.
@@ -366,8 +405,8 @@ mod tests {
         let stop = |calibration: &ConfidenceCalibration| {
             let stop = ChainStop {
                 calibration,
-                keep_above: 0.05,
-                extend_above: 0.2,
+                keep_above: &[0.05],
+                extend_above: &[0.2],
             };
             stop.step(0, 1.0, 0.9).0
         };

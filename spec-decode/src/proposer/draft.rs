@@ -147,8 +147,8 @@ mod tests {
         }
         let stop = ChainStop {
             calibration: &calibration,
-            keep_above: 0.5,
-            extend_above: 0.0,
+            keep_above: &[0.5],
+            extend_above: &[],
         };
         let chain = ChainDraft::cut(vec![4, 5, 6], vec![0.95, 0.2, 0.9], Some(stop));
         assert_eq!(chain.tokens, [4]);

@@ -217,8 +217,8 @@ mod tests {
         let mut gated = request(&repeating, 3);
         gated.stop = Some(ChainStop {
             calibration: &calibration,
-            keep_above: 0.0,
-            extend_above: 0.0,
+            keep_above: &[],
+            extend_above: &[],
         });
         let drafts = draft(&mut proposer, &[gated]);
         assert_eq!(drafts[0].as_chain().unwrap().tokens, vec![90, 91, 92]);

@@ -126,7 +126,7 @@ mod tests {
         let mut ngram = lookup();
         let history = [1, 2, 3, 4, 5, 1, 2];
         let calibration = ConfidenceCalibration::new();
-        let mut draft = |keep_above, extend_above| {
+        let mut draft = |keep_above: f64, extend_above: f64| {
             let requests = [ProposeRequest {
                 request_id: 1,
                 tokens: &history,
@@ -135,8 +135,8 @@ mod tests {
                 max_draft_tokens: 3,
                 stop: Some(ChainStop {
                     calibration: &calibration,
-                    keep_above,
-                    extend_above,
+                    keep_above: &[keep_above],
+                    extend_above: &[extend_above],
                 }),
             }];
             let drafts =

@@ -491,10 +491,11 @@ fn confidence_stops_end_chains_where_the_path_stops_paying() {
     let stopped = |keep_above: f64, extend_above: f64| {
         let mut drafter = proposer(&fixture, eagle1(&fixture), EagleProposerConfig::greedy(4));
         let mut request = request(1, &tokens, 0, &rows, 4);
+        let (keep_above, extend_above) = ([keep_above], [extend_above]);
         request.stop = Some(ChainStop {
             calibration: &calibration,
-            keep_above,
-            extend_above,
+            keep_above: &keep_above,
+            extend_above: &extend_above,
         });
         let batch = ProposeBatch {
             features: Some(&features),
