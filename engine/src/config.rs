@@ -110,8 +110,9 @@ pub struct EagleDrafter {
     #[serde(default)]
     pub weights: Option<WeightFormat>,
     /// A prompt lookup whose chain replaces the head's for a request wherever it is expected
-    /// to be accepted further (text repeating earlier text); `None`: the head's chains only.
-    /// Chains only: EAGLE-2 trees are kept as the head grows them.
+    /// to be accepted further (text repeating earlier text), or is grafted into an EAGLE-2
+    /// tree as a branch that displaces the head's least likely nodes; `None`: the head's
+    /// drafts only.
     #[serde(default)]
     pub lookup: Option<NgramDrafter>,
 }
@@ -290,7 +291,7 @@ impl SpeculativeConfig {
         Self::new(SpeculativeMethod::Ngram(drafter), num_speculative_tokens)
     }
 
-    /// These settings with `lookup` assisting an EAGLE head's chains
+    /// These settings with `lookup` assisting an EAGLE head's chains or trees
     /// ([`EagleDrafter::lookup`]; `None` drafts with the head only); other methods are
     /// returned unchanged.
     pub fn with_lookup_assist(mut self, lookup: Option<NgramDrafter>) -> Self {

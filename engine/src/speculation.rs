@@ -160,14 +160,13 @@ impl<B: KernelBackend> Drafter<B> {
                     EagleProposer::new(head, draft_target, proposer_config, max_num_seqs)
                         .map_err(|e| draft_error(e.to_string()))?;
                 let tap = proposer.feature_tap();
-                let proposer: Box<dyn Proposer<Tensor<B, 2>> + Send> =
-                    match eagle.lookup.filter(|_| eagle.tree.is_none()) {
-                        Some(lookup) => Box::new(LookupAssisted::new(
-                            proposer,
-                            lookup_proposer(&lookup, k, "speculative.method.lookup")?,
-                        )),
-                        None => Box::new(proposer),
-                    };
+                let proposer: Box<dyn Proposer<Tensor<B, 2>> + Send> = match eagle.lookup {
+                    Some(lookup) => Box::new(LookupAssisted::new(
+                        proposer,
+                        lookup_proposer(&lookup, k, "speculative.method.lookup")?,
+                    )),
+                    None => Box::new(proposer),
+                };
                 Ok(Self {
                     tap,
                     proposer,

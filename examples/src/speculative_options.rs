@@ -47,13 +47,14 @@ pub struct SpeculativeOptions {
     /// `q8_0` on the CPU, else the target's (`--dtype`).
     #[arg(long)]
     pub draft_weights: Option<WeightFormat>,
-    /// EAGLE chains: `auto` (and `on`) verify a prompt lookup's chain instead of the head's
-    /// wherever the lookup is expected to be accepted further; `off` drafts with the head only.
+    /// EAGLE drafts: `auto` (and `on`) verify a prompt lookup's chain instead of the head's
+    /// wherever the lookup is expected to be accepted further, and graft it into EAGLE-2 trees
+    /// as a branch; `off` drafts with the head only.
     #[arg(long, value_enum, default_value_t = LookupAssistArg::Auto)]
     pub lookup_assist: LookupAssistArg,
 }
 
-/// Whether a prompt lookup assists an EAGLE head's chains.
+/// Whether a prompt lookup assists an EAGLE head's chains and trees.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LookupAssistArg {
     /// On for EAGLE methods.
@@ -100,9 +101,6 @@ impl SpeculativeOptions {
             top_k: self.tree_top_k,
             num_nodes: self.tree_nodes,
         });
-        if tree.is_some() && self.lookup_assist == LookupAssistArg::On {
-            bail!("--lookup-assist on assists chains; with --tree-nodes the head grows the trees alone");
-        }
         let method = match (chosen, self.resolve_draft(chosen)?) {
             (DraftMethod::Eagle, Some(draft_model)) => {
                 SpeculativeMethod::Eagle(self.eagle_drafter(draft_model, tree))
@@ -123,13 +121,19 @@ impl SpeculativeOptions {
             _ => bail!("an EAGLE method needs a draft head (--draft DIR)"),
         };
         if let SpeculativeMethod::Eagle(drafter) | SpeculativeMethod::Eagle3(drafter) = &method {
-            match (drafter.lookup, drafter.tree) {
-                (Some(lookup), None) => println!(
-                    "lookup assist: n-grams of {} to {} tokens (--lookup-assist off to disable)",
-                    lookup.min_n, lookup.max_n
+            match drafter.lookup {
+                Some(lookup) => println!(
+                    "lookup assist: n-grams of {} to {} tokens, {} (--lookup-assist off to \
+                     disable)",
+                    lookup.min_n,
+                    lookup.max_n,
+                    if drafter.tree.is_some() {
+                        "grafted into the trees"
+                    } else {
+                        "replacing chains it beats"
+                    }
                 ),
-                (Some(_), Some(_)) => println!("lookup assist: none (trees are the head's own)"),
-                (None, _) => println!("lookup assist: off"),
+                None => println!("lookup assist: off"),
             }
         }
         let mut config = SpeculativeConfig::new(method, self.num_spec_tokens);
@@ -146,8 +150,8 @@ impl SpeculativeOptions {
         Ok(Some(config))
     }
 
-    /// An EAGLE head's drafter: chains assisted by a prompt lookup unless
-    /// `--lookup-assist off` (or trees: they are kept as the head grows them).
+    /// An EAGLE head's drafter: chains or trees assisted by a prompt lookup unless
+    /// `--lookup-assist off`.
     fn eagle_drafter(&self, draft_model: PathBuf, tree: Option<DraftTreeConfig>) -> EagleDrafter {
         EagleDrafter {
             tree,
@@ -243,7 +247,7 @@ mod tests {
     }
 
     #[test]
-    fn asking_for_the_assist_where_it_cannot_run_is_an_error() {
+    fn the_assist_is_refused_for_ngram_and_grafted_into_trees() {
         let error = |args: &[&str]| config(args).unwrap_err().to_string();
         assert!(error(&["--method", "ngram", "--lookup-assist", "on"]).contains("EAGLE method"));
         let trees = [
@@ -253,11 +257,10 @@ mod tests {
             "/head",
             "--tree-nodes",
             "6",
-            "--lookup-assist",
-            "on",
         ];
-        assert!(error(&trees).contains("--tree-nodes"));
-        // Left on auto, trees simply run without it.
-        assert!(config(&trees[..6]).is_ok());
+        // Trees take the assist as a grafted branch, asked for or left on auto.
+        let on = [&trees[..], &["--lookup-assist", "on"]].concat();
+        assert_eq!(lookup_of(&on), Some(NgramDrafter::assisting()));
+        assert_eq!(lookup_of(&trees), Some(NgramDrafter::assisting()));
     }
 }

@@ -105,13 +105,44 @@ impl DraftTree {
                 len: node,
             });
         }
+        Ok(self.attach(parent, token, score))
+    }
+
+    /// Adds a draft token under `parent`, an existing node, and returns its index.
+    fn attach(&mut self, parent: usize, token: u32, score: f32) -> usize {
+        let node = self.tokens.len();
         self.tokens.push(token);
         self.parents.push(Some(parent));
         self.depths.push(self.depths[parent] + 1);
         self.scores.push(score);
         self.children.push(Vec::new());
         self.children[parent].push(node);
-        Ok(node)
+        node
+    }
+
+    /// Grafts the chain `tokens` under the root, its tokens scored `scores` (cumulative, like
+    /// the tree's own): where the tree already holds a prefix of the chain, its nodes are
+    /// followed and their scores raised to the chain's where lower; the rest of the chain
+    /// continues from there as new nodes. Existing nodes keep their indices, and siblings stay
+    /// distinct tokens. Extra `scores` are ignored; a chain token without a score is not
+    /// grafted.
+    pub fn graft_chain(&mut self, tokens: &[u32], scores: &[f32]) {
+        let mut node = 0;
+        for (&token, &score) in tokens.iter().zip(scores) {
+            let existing = self.children[node]
+                .iter()
+                .copied()
+                .find(|&child| self.tokens[child] == token);
+            node = match existing {
+                Some(child) => {
+                    if self.scores[child].is_nan() || self.scores[child] < score {
+                        self.scores[child] = score;
+                    }
+                    child
+                }
+                None => self.attach(node, token, score),
+            };
+        }
     }
 
     /// Number of nodes, the root included.
@@ -319,6 +350,31 @@ mod tests {
         );
         assert_eq!(tree.push(0, 5, -0.1), Ok(1));
         assert_eq!(tree.depth(1), 1);
+    }
+
+    #[test]
+    fn a_grafted_chain_follows_the_nodes_it_shares_and_continues_below_them() {
+        // Root 1 with children 5 (-0.5) and 6 (-1.0); 5 has child 7 (-1.5).
+        let mut tree = DraftTree::from_parts(
+            vec![1, 5, 6, 7],
+            vec![None, Some(0), Some(0), Some(1)],
+            vec![0.0, -0.5, -1.0, -1.5],
+        )
+        .unwrap();
+        // The chain 6 8 9 shares node 2, whose score rises to the chain's; 8 and 9 are new.
+        tree.graft_chain(&[6, 8, 9], &[-0.3, -0.6, -0.9]);
+        assert_eq!(tree.tokens(), &[1, 5, 6, 7, 8, 9]);
+        assert_eq!(tree.scores(), &[0.0, -0.5, -0.3, -1.5, -0.6, -0.9]);
+        assert_eq!(tree.children(2), &[4]);
+        assert_eq!((tree.parent(5), tree.depth(5)), (Some(4), 3));
+        // A chain the tree holds whole adds nothing, and a higher score is kept.
+        let before = tree.clone();
+        tree.graft_chain(&[5, 7], &[-0.9, -2.0]);
+        assert_eq!(tree, before);
+        // Pruned to four nodes, the graft's path outranks the head's weaker nodes.
+        let (pruned, kept) = tree.prune_to_best(4).unwrap();
+        assert_eq!(kept, vec![0, 1, 2, 4]);
+        assert_eq!(pruned.tokens(), &[1, 5, 6, 8]);
     }
 
     #[test]

@@ -1,12 +1,14 @@
 //! Lossless speculative decoding on the tiny model: with EAGLE-1 and EAGLE-3 heads of random
-//! weights (with and without the prompt lookup assisting their chains) and with n-gram lookup, greedy speculative output equals greedy plain output token
+//! weights (chains and EAGLE-2 trees, with and without the prompt lookup assisting them) and
+//! with n-gram lookup, greedy speculative output equals greedy plain output token
 //! for token, one request at a time and batched, for k = 1..=5, also under tight token and KV
 //! budgets (drafts cut or dropped, preemptions) and in batches mixing sampled requests.
 
 use crate::common;
 
 use aquila_engine::{
-    DraftLength, KvCacheBudget, Llm, NgramDrafter, SamplingParams, SpeculativeConfig,
+    DraftLength, DraftTreeConfig, KvCacheBudget, Llm, NgramDrafter, SamplingParams,
+    SpeculativeConfig, SpeculativeMethod,
 };
 use common::spec::{eagle1_head, eagle3_head, prompt_ids, run, run_single};
 use common::{config, greedy, mixed, tiny_model, PROMPTS};
@@ -71,15 +73,37 @@ fn eagle_chains_without_the_lookup_assist_are_lossless() {
     });
 }
 
+/// `config` drafting EAGLE-2 trees of the default shape instead of chains.
+fn with_trees(mut config: SpeculativeConfig) -> SpeculativeConfig {
+    if let SpeculativeMethod::Eagle(drafter) | SpeculativeMethod::Eagle3(drafter) =
+        &mut config.method
+    {
+        drafter.tree = Some(DraftTreeConfig::default());
+    }
+    config
+}
+
 #[test]
-fn the_lookup_assist_replaces_a_random_heads_chains_where_the_text_repeats() {
+fn eagle_trees_with_and_without_the_lookup_assist_are_lossless() {
+    let model = tiny_model();
+    let head = eagle3_head(model.path());
+    for lookup in [Some(NgramDrafter::assisting()), None] {
+        assert_lossless(model.path(), |k| {
+            with_trees(SpeculativeConfig::eagle3(head.path(), k).with_lookup_assist(lookup))
+        });
+    }
+}
+
+#[test]
+fn the_lookup_assist_helps_a_random_heads_chains_and_trees_where_the_text_repeats() {
     let model = tiny_model();
     let head = eagle1_head(model.path());
-    let accepted = |lookup: Option<NgramDrafter>| {
+    let accepted = |lookup: Option<NgramDrafter>, trees: bool| {
+        let chains = SpeculativeConfig::eagle(head.path(), 3).with_lookup_assist(lookup);
         let mut engine_config = config(model.path());
         engine_config.speculative = Some(SpeculativeConfig {
             draft_length: DraftLength::Fixed,
-            ..SpeculativeConfig::eagle(head.path(), 3).with_lookup_assist(lookup)
+            ..if trees { with_trees(chains) } else { chains }
         });
         let mut llm = Llm::new(engine_config).unwrap();
         let outputs = llm.generate(PROMPTS, &greedy(MAX_TOKENS)).unwrap();
@@ -90,11 +114,14 @@ fn the_lookup_assist_replaces_a_random_heads_chains_where_the_text_repeats() {
     };
     // The tiny model's greedy text repeats itself, which a lookup continues and a head of
     // random weights does not.
-    let (alone, assisted) = (accepted(None), accepted(Some(NgramDrafter::assisting())));
-    assert!(
-        assisted > 2 * alone.max(1),
-        "accepted tokens: {assisted} assisted, {alone} from the head alone"
-    );
+    for trees in [false, true] {
+        let alone = accepted(None, trees);
+        let assisted = accepted(Some(NgramDrafter::assisting()), trees);
+        assert!(
+            assisted > 2 * alone.max(1),
+            "trees {trees}: accepted tokens {assisted} assisted, {alone} from the head alone"
+        );
+    }
 }
 
 #[test]

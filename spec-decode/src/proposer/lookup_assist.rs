@@ -13,10 +13,18 @@
 //!
 //! Which chain is verified is decided before the target sees either, so verification stays
 //! lossless: a lookup chain is verified with a one-hot `q`, an inner chain with its own.
-//! Trees from the inner proposer are kept as they are.
+//!
+//! A tree of deterministic drafts (EAGLE-2, verified with a one-hot `q`) gets the lookup's
+//! chain grafted in as a branch instead ([`DraftTree::graft_chain`]), scored by the lookup's
+//! confidences like the head's nodes by theirs, and is then cut back to its node budget by
+//! score: a long match's branch displaces the head's least likely nodes, so the tree's cost
+//! does not grow.
 
-use super::{ChainDraft, ConfidenceCalibration, Draft, ProposeBatch, ProposeError, Proposer};
+use super::{
+    ChainDraft, ConfidenceCalibration, Draft, ProposeBatch, ProposeError, ProposeRequest, Proposer,
+};
 use crate::ngram::NgramProposer;
+use crate::tree::DraftTree;
 
 /// Drafts with `inner`, and verifies a prompt lookup's chain instead wherever that chain is
 /// expected to be accepted further.
@@ -56,8 +64,16 @@ impl<F, P: Proposer<F>> Proposer<F> for LookupAssisted<P> {
         let mut drafts = self.inner.draft(batch)?;
         let uncalibrated = ConfidenceCalibration::new();
         for (request, draft) in batch.requests.iter().zip(&mut drafts) {
-            let Draft::Chain(chain) = draft else {
-                continue;
+            let chain = match draft {
+                Draft::Chain(chain) => chain,
+                Draft::Tree { tree, probs: None } => {
+                    let max_depth = self.inner.max_draft_depth();
+                    let max_nodes = self.inner.num_speculative_tokens();
+                    self.graft_within(request, tree, max_depth, max_nodes);
+                    continue;
+                }
+                // Sampled draft rows: a deterministic branch would need a `q` row of its own.
+                Draft::Tree { .. } => continue,
             };
             let calibration = request.stop.map_or(&uncalibrated, |stop| stop.calibration);
             let lookup = self
@@ -72,6 +88,39 @@ impl<F, P: Proposer<F>> Proposer<F> for LookupAssisted<P> {
 
     fn release(&mut self, request_id: u64) {
         self.inner.release(request_id);
+    }
+}
+
+impl<P> LookupAssisted<P> {
+    /// Grafts the lookup's chain for `request` into its `tree` (no deeper than `max_depth`, the
+    /// inner proposer's deepest draft) and cuts the tree back to `max_nodes` draft tokens by
+    /// score, both within the request's budget.
+    fn graft_within(
+        &mut self,
+        request: &ProposeRequest<'_>,
+        tree: &mut DraftTree,
+        max_depth: usize,
+        max_nodes: usize,
+    ) {
+        let budget = request.max_draft_tokens;
+        let lookup = self
+            .lookup
+            .chain(request.tokens, budget.min(max_depth), None);
+        if lookup.is_empty() || tree.num_nodes() <= 1 {
+            return;
+        }
+        let scores: Vec<f32> = lookup
+            .confidences
+            .iter()
+            .scan(0.0, |score, &confidence| {
+                *score += confidence.ln();
+                Some(*score)
+            })
+            .collect();
+        tree.graft_chain(&lookup.tokens, &scores);
+        if let Ok((pruned, _)) = tree.prune_to_best(budget.min(max_nodes) + 1) {
+            *tree = pruned;
+        }
     }
 }
 
@@ -201,6 +250,84 @@ mod tests {
         proposer.inner.confidences = vec![0.5, 0.5, 0.5];
         let drafts = draft(&mut proposer, &[request(&repeating, 1)]);
         assert_eq!(drafts[0].as_chain().unwrap().tokens, vec![4]);
+    }
+
+    /// A proposer that drafts the same tree for every request: under the root, 90 (-0.5) and
+    /// 91 (-1.0), then 92 under 90 (-1.2) and 93 under 91 (-2.0); with draft rows when `probs`.
+    #[derive(Debug)]
+    struct FixedTree {
+        probs: bool,
+    }
+
+    impl Proposer<()> for FixedTree {
+        fn num_speculative_tokens(&self) -> usize {
+            4
+        }
+
+        fn max_draft_depth(&self) -> usize {
+            2
+        }
+
+        fn needs_target_features(&self) -> bool {
+            false
+        }
+
+        fn draft(&mut self, batch: &ProposeBatch<'_, ()>) -> Result<Vec<Draft>, ProposeError> {
+            Ok(batch
+                .requests
+                .iter()
+                .map(|request| {
+                    let root = *request.tokens.last().unwrap();
+                    let tree = DraftTree::from_parts(
+                        vec![root, 90, 91, 92, 93],
+                        vec![None, Some(0), Some(0), Some(1), Some(2)],
+                        vec![0.0, -0.5, -1.0, -1.2, -2.0],
+                    )
+                    .unwrap();
+                    let probs = self.probs.then(|| vec![0.0; 5]);
+                    Draft::Tree { tree, probs }
+                })
+                .collect())
+        }
+
+        fn release(&mut self, _request_id: u64) {}
+    }
+
+    fn tree_tokens(draft: &Draft) -> Vec<u32> {
+        match draft {
+            Draft::Tree { tree, .. } => tree.tokens().to_vec(),
+            Draft::Chain(_) => panic!("a chain"),
+        }
+    }
+
+    #[test]
+    fn a_match_is_grafted_into_trees_within_their_budgets() {
+        let mut proposer = LookupAssisted::new(FixedTree { probs: false }, lookup());
+        let repeating = REPEATING;
+        let fresh = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10];
+        let requests = [
+            request(&repeating, 4),
+            request(&repeating, 2),
+            request(&fresh, 4),
+        ];
+        let drafts =
+            Proposer::<()>::draft(&mut proposer, &ProposeBatch::without_features(&requests))
+                .unwrap();
+        // The match continues 4 5 (the inner proposer's depth of two), each token at 3/4:
+        // scores -0.29 and -0.58 outrank the head's 92 and 93, which are cut to keep 4 nodes.
+        assert_eq!(tree_tokens(&drafts[0]), vec![3, 90, 91, 4, 5]);
+        // A budget of two draft tokens keeps the two best: the graft's first and the head's.
+        assert_eq!(tree_tokens(&drafts[1]), vec![3, 90, 4]);
+        // No match: the head's tree stays whole.
+        assert_eq!(tree_tokens(&drafts[2]), vec![10, 90, 91, 92, 93]);
+        // A tree with draft rows is left as it is.
+        let mut sampled = LookupAssisted::new(FixedTree { probs: true }, lookup());
+        let drafts = Proposer::<()>::draft(
+            &mut sampled,
+            &ProposeBatch::without_features(&requests[..1]),
+        )
+        .unwrap();
+        assert_eq!(tree_tokens(&drafts[0]), vec![3, 90, 91, 92, 93]);
     }
 
     #[test]
