@@ -8,7 +8,7 @@ use aquila_model_loader::checkpoint::FloatType;
 use aquila_model_loader::config::{Eagle1Config, Eagle3Config, LlamaConfig};
 use aquila_model_loader::model::FeatureTap;
 use aquila_model_loader::model::LlamaModel;
-use aquila_spec_decode::eagle::{write_head_dir, DraftVocabMap, Eagle1Head, Eagle3Head};
+use aquila_spec_decode::eagle::{write_head_dir, DraftVocabMap, Eagle1Head, Eagle3Head, EagleHead};
 use aquila_spec_decode::train::{
     train, DistillData, EvalPoint, SequenceRef, TrainBackend, TrainConfig, TrainError,
     TrainHistory, TrainObserver, TrainPoint,
@@ -130,6 +130,35 @@ pub fn build_head<B: TrainBackend>(
             DraftHead::Eagle3(Box::new(head))
         }
     })
+}
+
+/// The head of `method` saved in `dir` (a head directory, as `train-eagle` or the engine's
+/// loader knows it), loaded with `f32` weights to be trained further: a warm start keeps its
+/// weights and its draft vocabulary. A head of the other method is an error.
+pub fn load_head<B: TrainBackend>(
+    method: HeadMethod,
+    dir: &Path,
+    target: &LlamaConfig,
+    device: &B::Device,
+) -> Result<DraftHead<B>> {
+    let head = EagleHead::<B>::load(dir, target, device)
+        .with_context(|| format!("loading the head to start from in {}", dir.display()))?;
+    match (method, head) {
+        (HeadMethod::Eagle, EagleHead::Eagle1(head)) => Ok(DraftHead::Eagle1(head)),
+        (HeadMethod::Eagle3, EagleHead::Eagle3(head)) => Ok(DraftHead::Eagle3(head)),
+        (method, head) => {
+            let found = match head {
+                EagleHead::Eagle1(_) => HeadMethod::Eagle,
+                EagleHead::Eagle3(_) => HeadMethod::Eagle3,
+            };
+            anyhow::bail!(
+                "the head in {} is an {} head, but --method is {}",
+                dir.display(),
+                found.name(),
+                method.name()
+            )
+        }
+    }
 }
 
 /// For each size: the share of the greedy next tokens at response positions of `held_out`

@@ -31,7 +31,7 @@ use aquila_examples::distill::{build_distill_data, Answers, DistillSettings, Gen
 use aquila_examples::heads::{shipped_eagle3_head_dir, shipped_head_dir};
 use aquila_examples::paths::{default_model_dir, workspace_root};
 use aquila_examples::training::{
-    build_head, draft_vocab_coverage, write_training_record, HeadMethod, OutputInit,
+    build_head, draft_vocab_coverage, load_head, write_training_record, HeadMethod, OutputInit,
     ProgressObserver, TrainingRecord,
 };
 use aquila_model_loader::checkpoint::FloatType;
@@ -115,6 +115,12 @@ struct Args {
     /// target (its lm_head rows of the draft vocabulary), trained further or kept fixed.
     #[arg(long, value_enum, default_value_t = OutputInit::Random)]
     output_init: OutputInit,
+    /// Start from the head in this directory (a warm start: its weights and its draft
+    /// vocabulary, so `--draft-vocab` and `--output-init` do not apply) instead of a new one,
+    /// and train it further on this run's data; a lower `--lr` than a new head's suits it.
+    /// Keep the head's `--seed` and `--prompts`: they choose the held-out prompts.
+    #[arg(long)]
+    init_head: Option<PathBuf>,
     /// Validate every this many steps.
     #[arg(long)]
     eval_every: Option<usize>,
@@ -380,15 +386,18 @@ impl TrainingRun<'_> {
         B::seed(device, self.args.seed);
         let target = LlamaModel::<B>::load(self.target_dir, device)?.no_grad();
         let (train_set, _) = self.data.split(self.config.val_every);
-        let head = build_head::<B>(
-            self.args.method,
-            &target,
-            self.data,
-            &train_set,
-            self.args.draft_vocab,
-            self.args.output_init,
-            device,
-        )?;
+        let head = match &self.args.init_head {
+            Some(dir) => load_head::<B>(self.args.method, dir, target.config(), device)?,
+            None => build_head::<B>(
+                self.args.method,
+                &target,
+                self.data,
+                &train_set,
+                self.args.draft_vocab,
+                self.args.output_init,
+                device,
+            )?,
+        };
         let mut observer = ProgressObserver::new();
         let (trained, history) = head.train(
             &target,

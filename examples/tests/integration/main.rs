@@ -1,5 +1,5 @@
 //! The examples' integration tests, one binary: device choice, the EAGLE report, engines run
-//! step by step in turn, and the shipped head; `tiny` holds what the tests on the tiny fixture
+//! step by step in turn, the shipped head, and warm-starting a head's training; `tiny` holds what the tests on the tiny fixture
 //! model share.
 //!
 //! All test files of the crate compile into this one binary, so the suite links once instead
@@ -10,3 +10,4 @@ mod eagle_report;
 mod interleaved;
 mod shipped_head;
 mod tiny;
+mod warm_start;

@@ -262,6 +262,34 @@ fn eagle3_loss_falls_with_training_time_test() {
     let loaded = EagleHead::<Flex>::load(dir.path(), &setup.config, &Default::default()).unwrap();
     assert_eq!(loaded.vocab_map(), trained.vocab_map());
     assert_eq!(loaded.feature_tap(), tap);
+
+    // Loaded on the training backend, the export trains further (a warm start): it starts
+    // near where the first run ended, far below a new head's start, and its weights move.
+    let EagleHead::Eagle3(warm) =
+        EagleHead::<Ad>::load(dir.path(), &setup.config, &Default::default()).unwrap()
+    else {
+        panic!("an EAGLE-3 export loads as an EAGLE-3 head")
+    };
+    let before = exported(&warm, "fc.weight");
+    let again = TrainConfig {
+        epochs: 2,
+        ..train_config
+    };
+    let (further, resumed) = train(
+        *warm,
+        &setup.target,
+        &data,
+        &again,
+        None,
+        &mut SilentObserver,
+    )
+    .unwrap();
+    let warm_start = resumed.train[0].loss;
+    assert!(
+        warm_start < 0.6 * start && warm_start < 1.5 * end,
+        "a new head starts at {start} and ends at {end}; the warm start begins at {warm_start}"
+    );
+    assert_ne!(exported(&further, "fc.weight"), before);
 }
 
 #[test]
