@@ -22,7 +22,8 @@
 //! has seen enough verification outcomes, a drafting request may draft up to its cap, and its
 //! chain ends where the next token's calibrated path probability no longer covers the marginal
 //! cost of its verification row and drafting step, valued at the step's expected tokens per
-//! second ([`StopThresholds`]). Draft rows a gated
+//! second ([`StopThresholds`]; each chain position's rows priced where they land in the
+//! forward). Draft rows a gated
 //! chain did not reach count as rejected in the acceptance estimates, which therefore measure
 //! the gain of allowing a row. Where drafting itself costs next to nothing (lookups), every
 //! request asks for a gated chain, whatever its estimate: the gate decides per token.
