@@ -482,11 +482,12 @@ mod tests {
             .collect()
     }
 
-    fn choose(
+    /// The policy's plan for `estimates`, one running request each, every one capped at `cap`.
+    fn plan_all(
         policy: &mut DraftPolicy,
         estimates: &mut [AcceptanceEstimate],
         cap: usize,
-    ) -> Vec<usize> {
+    ) -> DraftPlan {
         let running = estimates.len();
         let mut candidates: Vec<DraftCandidate<'_>> = estimates
             .iter_mut()
@@ -496,7 +497,15 @@ mod tests {
                 acceptance,
             })
             .collect();
-        policy.choose(running, 0, &mut candidates).lengths
+        policy.choose(running, 0, &mut candidates)
+    }
+
+    fn choose(
+        policy: &mut DraftPolicy,
+        estimates: &mut [AcceptanceEstimate],
+        cap: usize,
+    ) -> Vec<usize> {
+        plan_all(policy, estimates, cap).lengths
     }
 
     #[test]
@@ -665,21 +674,10 @@ mod tests {
         let mut policy = DraftPolicy::new(ADAPTIVE, None, 3, 3);
         measured(&mut policy, 25.0, 8, 3.0);
         let mut one = estimates(1, &[0.4, 0.2, 0.1]);
-        let plan = |policy: &mut DraftPolicy, one: &mut [AcceptanceEstimate]| {
-            let mut candidates: Vec<DraftCandidate<'_>> = one
-                .iter_mut()
-                .map(|acceptance| DraftCandidate {
-                    request_id: 0,
-                    cap: 3,
-                    acceptance,
-                })
-                .collect();
-            policy.choose(1, 0, &mut candidates)
-        };
-        let before = plan(&mut policy, &mut one);
+        let before = plan_all(&mut policy, &mut one, 3);
         assert_eq!(before.thresholds, None, "no outcomes yet: {before:?}");
         calibrated(&mut policy, 64, 9);
-        let after = plan(&mut policy, &mut one);
+        let after = plan_all(&mut policy, &mut one, 3);
         assert_eq!(
             (after.lengths.clone(), after.gated.clone()),
             (vec![3], vec![true])
@@ -699,18 +697,8 @@ mod tests {
         // Two rows stream the weights at 25 ms; every row beyond costs 3 ms.
         measured(&mut policy, 25.0, 2, 3.0);
         calibrated(&mut policy, 64, 9);
-        let mut plan = |running: usize| {
-            let mut requests = estimates(running, &[0.9, 0.8, 0.7]);
-            let mut candidates: Vec<DraftCandidate<'_>> = requests
-                .iter_mut()
-                .map(|acceptance| DraftCandidate {
-                    request_id: 0,
-                    cap: 3,
-                    acceptance,
-                })
-                .collect();
-            policy.choose(running, 0, &mut candidates)
-        };
+        let mut plan =
+            |running: usize| plan_all(&mut policy, &mut estimates(running, &[0.9, 0.8, 0.7]), 3);
         let one = plan(1).thresholds.expect("gated");
         let [first, second, third] = one.keep_above[..] else {
             panic!("{one:?}")
@@ -763,18 +751,7 @@ mod tests {
         let mut policy = DraftPolicy::new(ADAPTIVE, None, 3, 3);
         measured(&mut policy, 25.0, 1, 3.0);
         calibrated(&mut policy, 64, 9);
-        let mut plan = |rates: &[f64]| {
-            let mut sixteen = estimates(16, rates);
-            let mut candidates: Vec<DraftCandidate<'_>> = sixteen
-                .iter_mut()
-                .map(|acceptance| DraftCandidate {
-                    request_id: 0,
-                    cap: 3,
-                    acceptance,
-                })
-                .collect();
-            policy.choose(16, 0, &mut candidates)
-        };
+        let mut plan = |rates: &[f64]| plan_all(&mut policy, &mut estimates(16, rates), 3);
         // Drafting is free here, so even a poor drafter's requests ask for gated chains.
         let poor = plan(&[0.4, 0.15, 0.05]);
         assert!(poor.gated.iter().all(|&g| g), "{poor:?}");

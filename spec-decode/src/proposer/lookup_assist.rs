@@ -102,11 +102,15 @@ impl<P> LookupAssisted<P> {
         max_depth: usize,
         max_nodes: usize,
     ) {
+        // A tree the inner proposer left empty was not asked for.
+        if tree.num_nodes() <= 1 {
+            return;
+        }
         let budget = request.max_draft_tokens;
         let lookup = self
             .lookup
             .chain(request.tokens, budget.min(max_depth), None);
-        if lookup.is_empty() || tree.num_nodes() <= 1 {
+        if lookup.is_empty() {
             return;
         }
         let scores: Vec<f32> = lookup
