@@ -14,8 +14,9 @@
 //! for its row, so that no estimate stays stale below what a row needs; the probes of all
 //! requests together cost about a hundredth of a step. A [`GoodputGuard`] checks the model
 //! against the tokens per second drafting steps actually delivered (a step whose drafting call
-//! asked for drafts counts as drafting, whatever its gated chains kept), and stops drafting at
-//! batch sizes where it delivered clearly less than plain decoding.
+//! asked for drafts counts as drafting, whatever its gated chains kept, unless that call cost
+//! next to nothing and drafted no token), and stops drafting at batch sizes where it delivered
+//! clearly less than plain decoding.
 //!
 //! A drafter that reports its confidence in each token (EAGLE chains, n-gram lookups) is gated
 //! per token unless a minimum draft length is set: once the policy's [`ConfidenceCalibration`]
@@ -109,7 +110,7 @@ pub(crate) struct DraftPolicy {
     calibration: ConfidenceCalibration,
     /// Whether the last drafting call asked any request for a draft (a probe included), so
     /// that the guard charges the step verifying its drafts to drafting even where a gated
-    /// chain drafted nothing.
+    /// chain drafted nothing; false after a free call that drafted nothing.
     asked: bool,
 }
 
@@ -187,10 +188,16 @@ impl DraftPolicy {
         }
     }
 
-    /// Takes in one step's timings (after its drafting call).
+    /// Takes in one step's timings (after its drafting call). A drafting call that costs next
+    /// to nothing and drafted no token leaves the next step a plain one, and the guard counts
+    /// it as such: its plain rate is then measured without stopping anyone's drafts, and its
+    /// drafting rate describes the steps that verified drafts.
     pub fn observe_step(&mut self, timing: &StepTiming) {
         self.costs.observe(timing);
         self.guard.observe_draft_call(timing.draft.as_secs_f64());
+        if timing.draft_tokens == 0 && self.drafting_is_free() {
+            self.asked = false;
+        }
     }
 
     /// Takes in a step's result before its drafting call: `Some` for a step in which every
@@ -787,6 +794,44 @@ mod tests {
         drafting_costs(&mut policy, 5, 20);
         let plan = policy.choose(1, 0, &mut candidates);
         assert_eq!(plan.lengths, vec![0], "{plan:?}");
+    }
+
+    #[test]
+    fn empty_free_drafts_measure_plain_decoding_without_stopping_drafts() {
+        let mut policy = DraftPolicy::new(ADAPTIVE, None, 3, 3);
+        measured(&mut policy, 25.0, 8, 3.0);
+        calibrated(&mut policy, 64, 5);
+        let mut one = estimates(1, &[0.5, 0.3, 0.1]);
+        // A lookup that matches one step in four and then gets a token accepted: the steps
+        // without a match are plain steps, so the guard never needs to stop the drafts to
+        // measure plain decoding.
+        let (mut fed, mut stopped) = (0, 0);
+        for step in 0..200 {
+            policy.observe_decode(Some(&DecodeStep {
+                num_running: 1,
+                tokens: 1 + fed.min(1),
+                seconds: 0.025,
+            }));
+            let plan = plan_all(&mut policy, &mut one, 3);
+            if plan.gated != [true] {
+                stopped += 1;
+            }
+            fed = if plan.gated == [true] && step % 4 == 0 {
+                2
+            } else {
+                0
+            };
+            policy.observe_step(&StepTiming {
+                rows: 1 + fed,
+                forward: Duration::from_millis(25),
+                draft_depth: fed,
+                draft_tokens: fed,
+                draft: Duration::ZERO,
+                other: Duration::ZERO,
+                decode_rows_only: true,
+            });
+        }
+        assert_eq!(stopped, 0);
     }
 
     #[test]
