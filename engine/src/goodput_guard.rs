@@ -379,7 +379,8 @@ impl GoodputGuard {
     /// the same step, whose drafts the next step verifies); `drafted`: whether the drafting
     /// call before it asked any request for a draft. A step counts as drafting by what was
     /// asked, not by what it verified: a confidence-gated chain may end before its first
-    /// token, and the call that drafted nothing is still a cost of drafting.
+    /// token, and the call that drafted nothing is still a cost of drafting (the policy passes
+    /// `false` after a call that cost next to nothing and drafted nothing).
     pub fn observe_decode(&mut self, step: &DecodeStep, drafted: bool) {
         let seconds = step.seconds + std::mem::take(&mut self.pending_draft_seconds);
         if !seconds.is_finite() || seconds <= 0.0 {

@@ -57,10 +57,12 @@ const FORWARD_WINDOW: usize = 9;
 const MIN_MEDIAN_TIMINGS: usize = 3;
 
 /// The cost of one size from its latest [`FORWARD_WINDOW`] timings: their median, or their
-/// minimum while there are fewer than [`MIN_MEDIAN_TIMINGS`].
+/// minimum while there are fewer than [`MIN_MEDIAN_TIMINGS`]. The cost is kept up to date as
+/// timings arrive, since the policy reads every size's cost several times per step.
 #[derive(Clone, Debug, Default, PartialEq)]
 struct RecentTimings {
     recent: VecDeque<f64>,
+    cost: f64,
 }
 
 impl RecentTimings {
@@ -69,6 +71,7 @@ impl RecentTimings {
             self.recent.pop_front();
         }
         self.recent.push_back(seconds);
+        self.cost = median_or_fastest(&self.recent);
     }
 
     /// Whether enough timings were taken for their median to be the cost.
@@ -77,15 +80,21 @@ impl RecentTimings {
     }
 
     fn cost(&self) -> f64 {
-        let mut sorted: Vec<f64> = self.recent.iter().copied().collect();
-        sorted.sort_by(f64::total_cmp);
-        let middle = sorted.len() / 2;
-        match sorted.len() {
-            0 => 0.0,
-            len if len < MIN_MEDIAN_TIMINGS => sorted[0],
-            len if len % 2 == 1 => sorted[middle],
-            _ => (sorted[middle - 1] + sorted[middle]) / 2.0,
-        }
+        self.cost
+    }
+}
+
+/// The median of `timings`, or the fastest while there are fewer than [`MIN_MEDIAN_TIMINGS`]
+/// (0 for none).
+fn median_or_fastest(timings: &VecDeque<f64>) -> f64 {
+    let mut sorted: Vec<f64> = timings.iter().copied().collect();
+    sorted.sort_by(f64::total_cmp);
+    let middle = sorted.len() / 2;
+    match sorted.len() {
+        0 => 0.0,
+        len if len < MIN_MEDIAN_TIMINGS => sorted[0],
+        len if len % 2 == 1 => sorted[middle],
+        _ => (sorted[middle - 1] + sorted[middle]) / 2.0,
     }
 }
 

@@ -4,7 +4,9 @@
 //!
 //! The drafter's probability of the token it proposed (its confidence) predicts whether the
 //! target accepts it, but not exactly: [`ConfidenceCalibration`] learns the acceptance observed
-//! at each confidence from verification outcomes. A chain's tokens are accepted in order, so
+//! at each confidence and chain position from verification outcomes (the same confidence may
+//! mean little for a first token and much for a later one: a lookup's second token, once its
+//! first matched, continues a copied span). A chain's tokens are accepted in order, so
 //! draft `j` pays only if all before it are accepted: its expected gain is the product of the
 //! calibrated acceptances up to it (its path probability). [`ChainStop`] keeps a token while
 //! its path probability covers the cost of its verification row, and drafts another while the
@@ -31,6 +33,10 @@ const POSITIONS: usize = 4;
 
 /// Weight, in outcomes, of the acceptance of all positions in the estimate of one position.
 const POSITION_PRIOR_OUTCOMES: f64 = 4.0;
+
+/// Weight, in outcomes, of a confidence bin's acceptance over all positions in the estimate of
+/// that bin at one position.
+const CELL_PRIOR_OUTCOMES: f64 = 8.0;
 
 /// Fading counts of accepted outcomes among those seen.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -64,19 +70,22 @@ impl Tally {
 
 /// The acceptance of draft tokens at each drafter confidence, learned from verification
 /// outcomes (a token's outcome counts only when every draft before it was accepted, so the
-/// calibration is of acceptance given the path so far), and the acceptance at each position
-/// of a chain.
+/// calibration is of acceptance given the path so far), at each confidence and chain
+/// position, and at each position of a chain.
 ///
 /// The tallies of positions fade with every verified chain, not only with their own outcomes:
 /// a position that chains no longer reach (because its acceptance was measured too low to pay)
-/// slowly returns to the acceptance of all positions, so that chains reach it again now and
-/// then and a drafter that got better there is not locked out.
+/// slowly returns to the acceptance of all positions (a confidence at that position, to the
+/// acceptance of that confidence), so that chains reach it again now and then and a drafter
+/// that got better there is not locked out.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ConfidenceCalibration {
     /// Outcomes per confidence bin.
     bins: [Tally; BINS],
     /// Outcomes per chain position.
     positions: [Tally; POSITIONS],
+    /// Outcomes per chain position and confidence bin.
+    cells: [[Tally; BINS]; POSITIONS],
     /// Outcomes taken in, in all.
     observed: u64,
 }
@@ -86,6 +95,7 @@ impl Default for ConfidenceCalibration {
         Self {
             bins: [Tally::default(); BINS],
             positions: [Tally::default(); POSITIONS],
+            cells: [[Tally::default(); BINS]; POSITIONS],
             observed: 0,
         }
     }
@@ -103,10 +113,19 @@ impl ConfidenceCalibration {
     }
 
     /// The estimated probability that a draft token proposed with `confidence` is accepted,
-    /// given that the drafts before it were.
+    /// given that the drafts before it were, over all chain positions.
     pub fn acceptance(&self, confidence: f32) -> f64 {
         let confidence = f64::from(confidence).clamp(0.0, 1.0);
         self.bins[bin_of(confidence)].rate(confidence, PRIOR_OUTCOMES)
+    }
+
+    /// [`ConfidenceCalibration::acceptance`] of a token at `position` of its chain (0 for the
+    /// first): what was measured at that position and confidence, leaning on the acceptance of
+    /// the confidence over all positions while that is little.
+    pub fn acceptance_at(&self, confidence: f32, position: usize) -> f64 {
+        let bin = bin_of(f64::from(confidence).clamp(0.0, 1.0));
+        self.cells[position.min(POSITIONS - 1)][bin]
+            .rate(self.acceptance(confidence), CELL_PRIOR_OUTCOMES)
     }
 
     /// The acceptance of a draft token over all confidences and positions seen so far.
@@ -132,6 +151,9 @@ impl ConfidenceCalibration {
         for position in &mut self.positions {
             position.fade();
         }
+        for cell in self.cells.iter_mut().flatten() {
+            cell.fade();
+        }
         for (position, &confidence) in confidences.iter().enumerate().take(accepted + 1) {
             self.observe_token(confidence, position, position < accepted);
         }
@@ -143,8 +165,9 @@ impl ConfidenceCalibration {
     pub fn expected_accepted(&self, confidences: &[f32]) -> f64 {
         confidences
             .iter()
-            .scan(1.0, |path, &confidence| {
-                *path *= self.acceptance(confidence);
+            .enumerate()
+            .scan(1.0, |path, (position, &confidence)| {
+                *path *= self.acceptance_at(confidence, position);
                 Some(*path)
             })
             .sum()
@@ -154,8 +177,11 @@ impl ConfidenceCalibration {
     /// before it was accepted (a verified token, or a token a gate dropped judged by the
     /// target's next token).
     pub fn observe_token(&mut self, confidence: f32, position: usize, accepted: bool) {
-        self.bins[bin_of(f64::from(confidence).clamp(0.0, 1.0))].add(accepted);
-        self.positions[position.min(POSITIONS - 1)].add(accepted);
+        let bin = bin_of(f64::from(confidence).clamp(0.0, 1.0));
+        let position = position.min(POSITIONS - 1);
+        self.bins[bin].add(accepted);
+        self.positions[position].add(accepted);
+        self.cells[position][bin].add(accepted);
         self.observed += 1;
     }
 }
@@ -207,7 +233,7 @@ impl ChainStop<'_> {
     /// confidence of its newest token, at `position` of the chain (0 for the first); returns
     /// the decision and the path probability through that token.
     pub fn step(&self, position: usize, path: f64, confidence: f32) -> (ChainStep, f64) {
-        let path = path * self.calibration.acceptance(confidence);
+        let path = path * self.calibration.acceptance_at(confidence, position);
         let next = self.calibration.mean_acceptance_at(position + 1);
         let decision = if path < at_position(self.keep_above, position) {
             ChainStep::Drop
@@ -397,6 +423,38 @@ mod tests {
         assert_eq!(stop.step(0, 1.0, 0.9).0, ChainStep::KeepAndEnd);
         // Taken over all positions, the acceptance would have drafted it.
         assert!(calibration.mean_acceptance() * calibration.acceptance(0.9) > 0.2);
+    }
+
+    #[test]
+    fn a_confidence_is_calibrated_at_each_position() {
+        let mut calibration = ConfidenceCalibration::new();
+        // A lookup's chains at one confidence: the first token is accepted one time in five,
+        // the second, once the first was, four times in five.
+        for i in 0..500 {
+            let accepted = match (i % 10 < 2, (i / 10) % 5 != 0) {
+                (true, true) => 2,
+                (true, false) => 1,
+                (false, _) => 0,
+            };
+            calibration.observe_chain(&[0.6, 0.6], accepted);
+        }
+        assert!((calibration.acceptance_at(0.6, 0) - 0.2).abs() < 0.03);
+        assert!((calibration.acceptance_at(0.6, 1) - 0.8).abs() < 0.05);
+        assert!(calibration.acceptance(0.6) < 0.4);
+        // The second token's path (0.2 * 0.8) pays for a row of 0.12; the acceptance over
+        // all positions would have dropped it.
+        let stop = ChainStop {
+            calibration: &calibration,
+            keep_above: &[0.05, 0.12],
+            extend_above: &[0.05, 0.12],
+        };
+        assert_eq!(stop.cut(&[0.6, 0.6]), 2);
+        assert!(calibration.acceptance(0.6).powi(2) < 0.12);
+        // A position never measured at some confidence takes the confidence's acceptance.
+        assert_eq!(
+            calibration.acceptance_at(0.95, 2),
+            calibration.acceptance(0.95)
+        );
     }
 
     #[test]
