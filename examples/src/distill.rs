@@ -29,6 +29,10 @@ pub enum Answers {
     Sampled {
         /// Answers per prompt.
         per_prompt: usize,
+        /// Number of the first answer: answers `first..first + per_prompt` are drawn, so that a
+        /// run warm-starting a head trained on answers `0..first` samples new ones.
+        #[serde(default)]
+        first: usize,
         /// Softmax temperature of the sampling.
         temperature: f32,
         /// Prompts whose index is a multiple of this are skipped (0 skips none).
@@ -49,9 +53,10 @@ impl Answers {
             }
             Answers::Sampled {
                 per_prompt,
+                first,
                 temperature,
                 ..
-            } => (0..per_prompt)
+            } => (first..first + per_prompt)
                 .map(|sample| SamplingParams {
                     temperature,
                     max_tokens,
@@ -137,6 +142,7 @@ pub fn build_distill_data(
         per_prompt,
         temperature,
         skip_every,
+        ..
     } = settings.answers
     {
         if per_prompt == 0 || skip_every == 1 || !(temperature > 0.0 && temperature.is_finite()) {
@@ -314,6 +320,7 @@ mod tests {
 
     const SAMPLED: Answers = Answers::Sampled {
         per_prompt: 3,
+        first: 0,
         temperature: 0.8,
         skip_every: 20,
     };
@@ -358,10 +365,33 @@ mod tests {
     }
 
     #[test]
+    fn later_answers_continue_where_earlier_runs_stopped() {
+        let later = Answers::Sampled {
+            per_prompt: 2,
+            first: 1,
+            temperature: 0.8,
+            skip_every: 20,
+        };
+        let earlier = SAMPLED.params(7, 0, 64);
+        assert_eq!(later.params(7, 0, 64), earlier[1..].to_vec());
+        assert!(later.params(20, 0, 64).is_empty());
+    }
+
+    #[test]
     fn settings_written_before_sampled_answers_existed_read_as_greedy() {
         let text = r#"{"num_prompts": 64, "prompt_seed": 0, "max_tokens": 128,
             "shard_size": 64, "tap": "", "top_k": 0, "response_weights": "f32"}"#;
         let settings: DistillSettings = serde_json::from_str(text).unwrap();
         assert_eq!(settings.answers, Answers::Greedy);
+    }
+
+    #[test]
+    fn sampled_settings_written_before_the_first_answer_existed_start_at_zero() {
+        let text = r#"{"sampled": {"per_prompt": 1, "temperature": 0.8, "skip_every": 20}}"#;
+        let answers: Answers = serde_json::from_str(text).unwrap();
+        assert_eq!(
+            answers.params(3, 0, 64),
+            SAMPLED.params(3, 0, 64)[..1].to_vec()
+        );
     }
 }

@@ -8,7 +8,8 @@
 //!
 //! 1. The built-in training prompts are answered by the target with the engine (greedy; with
 //!    `--sampled-answers N`, also N answers per training prompt sampled at
-//!    `--sample-temperature`, which only ever train).
+//!    `--sample-temperature`, which only ever train; `--first-sampled-answer M` draws answers
+//!    M to M + N - 1, new to a head warm-started from a run that drew M).
 //! 2. With `--corpus`, text from package sources (the Python documentation from Debian, the
 //!    ChatterBot dialogue corpus from PyPI) becomes chat samples, tokenized through the chat
 //!    template; held-out documents are never recorded.
@@ -171,6 +172,11 @@ struct Args {
     /// prompts whose greedy answers are held out get none); 0 by default.
     #[arg(long, default_value_t = 0)]
     sampled_answers: usize,
+    /// Number of the first sampled answer: with `--init-head`, the count of sampled answers
+    /// per prompt the head was trained on, so that this run samples new ones (the same
+    /// `--seed` draws the same answers).
+    #[arg(long, default_value_t = 0)]
+    first_sampled_answer: usize,
     /// Softmax temperature of the sampled answers.
     #[arg(long, default_value_t = 0.8)]
     sample_temperature: f32,
@@ -231,6 +237,7 @@ fn main() -> Result<()> {
         let sampled = DistillSettings {
             answers: Answers::Sampled {
                 per_prompt: args.sampled_answers,
+                first: args.first_sampled_answer,
                 temperature: args.sample_temperature,
                 skip_every: config.val_every,
             },
