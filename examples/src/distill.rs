@@ -1,6 +1,7 @@
 //! Self-distillation data for training a draft head: the built-in training prompts answered by
-//! the target with the engine (greedy, or several sampled answers per prompt; batched), then
-//! replayed through the target once to record its features, in resumable safetensors shards.
+//! the target with the engine (greedy, several sampled answers per prompt, or an answer to a
+//! follow-up turn after the greedy one; batched), then replayed through the target once to
+//! record its features, in resumable safetensors shards.
 
 use std::path::{Path, PathBuf};
 
@@ -14,6 +15,7 @@ use burn::backend::Flex;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
+use crate::follow_ups::{follow_up, follow_up_conversation};
 use crate::train_prompts::{generate_training_prompts, TrainingPrompt};
 
 /// Which answers of the target a data set records.
@@ -38,6 +40,14 @@ pub enum Answers {
         /// Prompts whose index is a multiple of this are skipped (0 skips none).
         skip_every: usize,
     },
+    /// One greedy answer per prompt to a second user turn ([`crate::follow_ups`]) after the
+    /// prompt and the target's greedy answer to it, for every prompt except each
+    /// `skip_every`-th (as [`Answers::Sampled`]). The conversation up to the second answer is
+    /// the sequence's prompt, so a head learns from the second answer only.
+    FollowUp {
+        /// Prompts whose index is a multiple of this are skipped (0 skips none).
+        skip_every: usize,
+    },
 }
 
 impl Answers {
@@ -46,11 +56,12 @@ impl Answers {
     fn params(&self, index: usize, seed: u64, max_tokens: usize) -> Vec<SamplingParams> {
         match *self {
             Answers::Greedy => vec![SamplingParams::greedy(max_tokens)],
-            Answers::Sampled { skip_every, .. }
+            Answers::Sampled { skip_every, .. } | Answers::FollowUp { skip_every }
                 if skip_every > 0 && index.is_multiple_of(skip_every) =>
             {
                 Vec::new()
             }
+            Answers::FollowUp { .. } => vec![SamplingParams::greedy(max_tokens)],
             Answers::Sampled {
                 per_prompt,
                 first,
@@ -123,14 +134,25 @@ pub struct GenerationSizes {
 /// The manifest file of a data directory.
 const MANIFEST: &str = "distill.json";
 
-/// Builds (or completes) the feature shards in `data_dir` for the target in `model_dir` and
-/// loads them (at least one sequence). The target's responses are kept in `responses_dir` (shared by every tap, so an
-/// EAGLE-3 data set reuses the responses an EAGLE-1 run generated); shards and responses
-/// already on disk are kept, so an interrupted run resumes.
+/// Where a data set's responses and features are kept.
+#[derive(Debug, Clone, Copy)]
+pub struct DistillDirs<'a> {
+    /// The target's responses (shared by every tap, so an EAGLE-3 data set reuses the
+    /// responses an EAGLE-1 run generated).
+    pub responses: &'a Path,
+    /// The feature shards.
+    pub data: &'a Path,
+    /// The greedy responses (of the same prompts and shard size) that [`Answers::FollowUp`]
+    /// continues; unused by the other answers.
+    pub first_turns: Option<&'a Path>,
+}
+
+/// Builds (or completes) the feature shards in `dirs.data` for the target in `model_dir` and
+/// loads them (at least one sequence). Shards and responses already on disk are kept, so an
+/// interrupted run resumes.
 pub fn build_distill_data(
     model_dir: &Path,
-    responses_dir: &Path,
-    data_dir: &Path,
+    dirs: DistillDirs<'_>,
     tap: &FeatureTap,
     settings: &DistillSettings,
     sizes: GenerationSizes,
@@ -138,6 +160,19 @@ pub fn build_distill_data(
     if settings.shard_size == 0 || settings.num_prompts == 0 {
         bail!("--prompts and the shard size must be positive");
     }
+    if let Answers::FollowUp { skip_every } = settings.answers {
+        if skip_every == 1 || dirs.first_turns.is_none() {
+            bail!(
+                "follow-up answers need the greedy answers they follow and must not skip every \
+                 prompt (skipping every {skip_every})"
+            );
+        }
+    }
+    let DistillDirs {
+        responses: responses_dir,
+        data: data_dir,
+        first_turns,
+    } = dirs;
     if let Answers::Sampled {
         per_prompt,
         temperature,
@@ -199,7 +234,12 @@ pub fn build_distill_data(
                     }
                     let llm = llm.as_mut().expect("the engine was just created");
                     let first = index * settings.shard_size;
-                    let sequences = generate_responses(llm, chunk, first, settings)?;
+                    let earlier = match first_turns {
+                        Some(dir) => Some(read_first_turns(dir, index, chunk.len())?),
+                        None => None,
+                    };
+                    let sequences =
+                        generate_responses(llm, chunk, first, earlier.as_deref(), settings)?;
                     write_responses(&responses, &sequences)?;
                     sequences
                 }
@@ -232,26 +272,59 @@ pub fn build_distill_data(
     Ok(shards)
 }
 
-/// The target's answers to `prompts` (single-turn chats; the first is the prompt at index
-/// `first`) as `settings.answers` asks for them, with their prompts, in prompt order.
+/// The greedy responses of shard `index` in `dir`, one per prompt of a shard of `prompts`.
+fn read_first_turns(dir: &Path, index: usize, prompts: usize) -> Result<Vec<DistillSequence>> {
+    let path = responses_path(dir, index);
+    let turns = read_responses(&path)?.with_context(|| {
+        format!(
+            "{} is missing: follow-ups continue the greedy answers",
+            path.display()
+        )
+    })?;
+    if turns.len() != prompts {
+        bail!(
+            "{} holds {} answers for {prompts} prompts: not one greedy answer per prompt",
+            path.display(),
+            turns.len()
+        );
+    }
+    Ok(turns)
+}
+
+/// The target's answers to `prompts` (the first is the prompt at index `first`) as
+/// `settings.answers` asks for them, with their prompts, in prompt order: single-turn chats,
+/// or with `first_turns` (a greedy answer per prompt) the follow-up conversations after them.
 fn generate_responses(
     llm: &mut Llm,
     prompts: &[TrainingPrompt],
     first: usize,
+    first_turns: Option<&[DistillSequence]>,
     settings: &DistillSettings,
 ) -> Result<Vec<DistillSequence>> {
     let mut batch = Vec::new();
     let mut params = Vec::new();
     for (offset, prompt) in prompts.iter().enumerate() {
-        let answers =
-            settings
-                .answers
-                .params(first + offset, settings.prompt_seed, settings.max_tokens);
+        let index = first + offset;
+        let answers = settings
+            .answers
+            .params(index, settings.prompt_seed, settings.max_tokens);
+        if answers.is_empty() {
+            continue;
+        }
+        let conversation = match first_turns {
+            Some(turns) => {
+                let turn = &turns[offset];
+                let answer = llm
+                    .tokenizer()
+                    .decode(&turn.tokens[turn.prompt_len..], true)?;
+                // The draw that seeds sampled answer 0 to this prompt chooses its follow-up.
+                let choice = answer_seed(settings.prompt_seed, index, 0);
+                follow_up_conversation(prompt, &answer, follow_up(prompt.category, choice))
+            }
+            None => vec![ChatMessage::new("user", prompt.text.as_str())],
+        };
         for answer in answers {
-            batch.push(Prompt::Chat(vec![ChatMessage::new(
-                "user",
-                prompt.text.as_str(),
-            )]));
+            batch.push(Prompt::Chat(conversation.clone()));
             params.push(answer);
         }
     }
@@ -347,6 +420,20 @@ mod tests {
             assert!(params
                 .iter()
                 .all(|p| p.temperature == 0.8 && p.max_tokens == 64));
+        }
+    }
+
+    #[test]
+    fn follow_ups_are_one_greedy_answer_per_training_prompt() {
+        let follow_ups = Answers::FollowUp { skip_every: 20 };
+        for index in [0, 20, 2680] {
+            assert!(follow_ups.params(index, 0, 64).is_empty(), "prompt {index}");
+        }
+        for index in [1, 21, 2681] {
+            assert_eq!(
+                follow_ups.params(index, 0, 64),
+                vec![SamplingParams::greedy(64)]
+            );
         }
     }
 

@@ -11,6 +11,7 @@
 pub mod corpus;
 pub mod device;
 pub mod distill;
+pub mod follow_ups;
 pub mod heads;
 pub mod interleaved;
 pub mod manifest;

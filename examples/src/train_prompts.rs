@@ -145,8 +145,9 @@ fn words(name: &str) -> &'static [String] {
         .unwrap_or_else(|| panic!("train-prompts.json names an unknown vocabulary {name:?}"))
 }
 
-/// Whether `text` touches a topic of the evaluation prompts.
-fn is_held_out(text: &str) -> bool {
+/// Whether `text` touches a topic of the evaluation prompts (such a text is never a training
+/// prompt).
+pub fn touches_held_out_topic(text: &str) -> bool {
     let lower = text.to_lowercase();
     data()
         .held_out_topics
@@ -173,7 +174,7 @@ fn distinct_allowed(texts: Vec<String>) -> Vec<String> {
     let mut seen = HashSet::new();
     texts
         .into_iter()
-        .filter(|text| !is_held_out(text) && seen.insert(text.clone()))
+        .filter(|text| !touches_held_out_topic(text) && seen.insert(text.clone()))
         .collect()
 }
 
@@ -306,7 +307,7 @@ fn distinct_draws(template: MathTemplate, rng: &mut ChaCha8Rng) -> Vec<String> {
     let mut draws = Vec::with_capacity(PROMPTS_PER_MATH_TEMPLATE);
     while draws.len() < PROMPTS_PER_MATH_TEMPLATE {
         let text = template(rng);
-        if !is_held_out(&text) && seen.insert(text.clone()) {
+        if !touches_held_out_topic(&text) && seen.insert(text.clone()) {
             draws.push(text);
         }
     }
@@ -465,7 +466,7 @@ mod tests {
             .collect();
         for prompt in &prompts {
             let lower = prompt.text.to_lowercase();
-            assert!(!is_held_out(&lower), "{}", prompt.text);
+            assert!(!touches_held_out_topic(&lower), "{}", prompt.text);
             for eval in &held_out {
                 assert!(!lower.contains(eval.as_str()), "{} ~ {eval}", prompt.text);
             }

@@ -28,7 +28,9 @@ use aquila_examples::corpus::{
     build_corpus_data, chat_samples, source_named, split_by_document, CorpusSettings,
 };
 use aquila_examples::device::{check_device, default_device, parse_device};
-use aquila_examples::distill::{build_distill_data, Answers, DistillSettings, GenerationSizes};
+use aquila_examples::distill::{
+    build_distill_data, Answers, DistillDirs, DistillSettings, GenerationSizes,
+};
 use aquila_examples::heads::{shipped_eagle3_head_dir, shipped_head_dir};
 use aquila_examples::paths::{default_model_dir, workspace_root};
 use aquila_examples::training::{
@@ -180,6 +182,11 @@ struct Args {
     /// Softmax temperature of the sampled answers.
     #[arg(long, default_value_t = 0.8)]
     sample_temperature: f32,
+    /// Also train on conversations of two turns: after each training prompt and the target's
+    /// greedy answer, a follow-up of the prompt's kind ("Can you give me an example?") and the
+    /// target's greedy answer to it (training only, like `--sampled-answers`).
+    #[arg(long)]
+    follow_ups: bool,
 }
 
 fn main() -> Result<()> {
@@ -220,15 +227,14 @@ fn main() -> Result<()> {
         record_batch_tokens: 1024,
     };
     // The target's answers (in `responses_dir`) and their features (in `data_dir`).
+    let greedy_responses = work_dir.join("responses");
     let answers = |responses_dir: &str, data_dir: &str, settings: &DistillSettings| {
-        build_distill_data(
-            &target_dir,
-            &work_dir.join(responses_dir),
-            &work_dir.join(method.name()).join(data_dir),
-            &tap,
-            settings,
-            sizes,
-        )
+        let dirs = DistillDirs {
+            responses: &work_dir.join(responses_dir),
+            data: &work_dir.join(method.name()).join(data_dir),
+            first_turns: Some(&greedy_responses),
+        };
+        build_distill_data(&target_dir, dirs, &tap, settings, sizes)
     };
     let distilled = answers("responses", "data", &settings)?;
     let config = training_config(&args);
@@ -241,11 +247,23 @@ fn main() -> Result<()> {
                 temperature: args.sample_temperature,
                 skip_every: config.val_every,
             },
-            ..settings
+            ..settings.clone()
         };
         let shards = answers("responses-sampled", "sampled-data", &sampled)?;
         let tokens: usize = shards.iter().map(FeatureShard::num_tokens).sum();
         println!("sampled answers: {tokens} tokens");
+        training_only.extend(shards);
+    }
+    if args.follow_ups {
+        let follow_ups = DistillSettings {
+            answers: Answers::FollowUp {
+                skip_every: config.val_every,
+            },
+            ..settings.clone()
+        };
+        let shards = answers("responses-follow-up", "follow-up-data", &follow_ups)?;
+        let tokens: usize = shards.iter().map(FeatureShard::num_tokens).sum();
+        println!("follow-up answers: {tokens} tokens");
         training_only.extend(shards);
     }
     training_only.extend(corpus_shards(

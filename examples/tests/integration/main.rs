@@ -7,6 +7,7 @@
 
 mod device_choice;
 mod eagle_report;
+mod follow_up_data;
 mod interleaved;
 mod shipped_head;
 mod tiny;
