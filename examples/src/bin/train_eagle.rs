@@ -187,6 +187,11 @@ struct Args {
     /// target's greedy answer to it (training only, like `--sampled-answers`).
     #[arg(long)]
     follow_ups: bool,
+    /// Train on the sampled, follow-up and corpus data alone: the greedy answers only give
+    /// the validation sequences (for a warm start, `--init-head`, that takes in data new to
+    /// the head rather than another pass over the greedy answers it was trained on).
+    #[arg(long)]
+    new_data_only: bool,
 }
 
 fn main() -> Result<()> {
@@ -273,12 +278,20 @@ fn main() -> Result<()> {
         &tap,
         sizes.record_batch_tokens,
     )?);
-    let data = DistillData::with_training_only(distilled, training_only)?;
+    let mut data = DistillData::with_training_only(distilled, training_only)?;
+    if args.new_data_only {
+        data = data.validating_only()?;
+    }
     println!(
-        "data: {} sequences, {} tokens ({} features)",
+        "data: {} sequences, {} tokens ({} features){}",
         data.sequences().len(),
         data.num_tokens(),
-        data.tap()
+        data.tap(),
+        if args.new_data_only {
+            "; the greedy answers only validate"
+        } else {
+            ""
+        }
     );
 
     if method == HeadMethod::Eagle3 {

@@ -36,6 +36,9 @@ pub struct DistillData {
     /// Shards from this index on are training-only: [`DistillData::split`] holds out none of
     /// their sequences (their source's held-out documents were never recorded).
     training_only_from: usize,
+    /// Whether the sequences of the shards before `training_only_from` that are not held out
+    /// train (see [`DistillData::validating_only`]).
+    split_shards_train: bool,
 }
 
 impl DistillData {
@@ -55,6 +58,7 @@ impl DistillData {
         Ok(Self {
             shards,
             training_only_from,
+            split_shards_train: true,
         })
     }
 
@@ -70,6 +74,27 @@ impl DistillData {
         let mut data = Self::new(all)?;
         data.training_only_from = training_only_from;
         Ok(data)
+    }
+
+    /// The same data, whose split shards (those not training-only) give the validation
+    /// sequences alone: [`DistillData::split`] leaves the rest of them out of training, so
+    /// that a warm-started head trains on the training-only data, new to it, and is validated
+    /// as before. Fails when no training-only shard holds a sequence.
+    pub fn validating_only(self) -> Result<Self, TrainError> {
+        if self.shards[self.training_only_from..]
+            .iter()
+            .all(|s| s.num_sequences() == 0)
+        {
+            return Err(TrainError::Data(
+                "the split shards only validate, and no training-only sequence is left to \
+                 train on"
+                    .into(),
+            ));
+        }
+        Ok(Self {
+            split_shards_train: false,
+            ..self
+        })
     }
 
     /// The tap the features come from (`last_hidden`, `aux:...`).
@@ -103,20 +128,22 @@ impl DistillData {
 
     /// Splits the sequences into training and validation: every `val_every`-th sequence
     /// (starting with the first) of the splittable shards is held out; `val_every = 0` holds
-    /// out none. Training-only shards all go to training, after the others.
+    /// out none. The other splittable sequences train unless the data are
+    /// [`DistillData::validating_only`]; training-only shards all go to training, after them.
     pub fn split(&self, val_every: usize) -> (Vec<SequenceRef>, Vec<SequenceRef>) {
         let (splittable, training_only): (Vec<_>, Vec<_>) = self
             .sequences()
             .into_iter()
             .partition(|r| r.0 < self.training_only_from);
-        if val_every == 0 {
-            return ([splittable, training_only].concat(), Vec::new());
-        }
-        let (val, train): (Vec<_>, Vec<_>) = splittable
+        let (val, split_train): (Vec<_>, Vec<_>) = splittable
             .into_iter()
             .enumerate()
-            .partition(|(i, _)| i % val_every == 0);
-        let mut train: Vec<SequenceRef> = train.into_iter().map(|(_, r)| r).collect();
+            .partition(|(i, _)| val_every > 0 && i % val_every == 0);
+        let mut train: Vec<SequenceRef> = if self.split_shards_train {
+            split_train.into_iter().map(|(_, r)| r).collect()
+        } else {
+            Vec::new()
+        };
         train.extend(training_only);
         (train, val.into_iter().map(|(_, r)| r).collect())
     }
@@ -286,5 +313,18 @@ mod tests {
         assert_eq!(val, vec![(0, 0), (0, 2)]);
         assert_eq!(train, vec![(0, 1), (0, 3), (1, 0), (1, 1), (1, 2), (1, 3)]);
         assert_eq!(data.split(0).0.len(), 8);
+    }
+
+    #[test]
+    fn validating_only_data_train_on_the_training_only_shards_alone() {
+        let first = data().shards.remove(0);
+        let extra = first.clone();
+        let both = DistillData::with_training_only(vec![first.clone()], vec![extra]).unwrap();
+        let data = both.validating_only().unwrap();
+        let (train, val) = data.split(2);
+        assert_eq!(val, vec![(0, 0), (0, 2)]);
+        assert_eq!(train, vec![(1, 0), (1, 1), (1, 2), (1, 3)]);
+        let alone = DistillData::new(vec![first]).unwrap().validating_only();
+        assert!(alone.unwrap_err().to_string().contains("no training-only"));
     }
 }
