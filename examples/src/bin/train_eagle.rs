@@ -244,31 +244,36 @@ fn main() -> Result<()> {
     let distilled = answers("responses", "data", &settings)?;
     let config = training_config(&args);
     let mut training_only = Vec::new();
+    // Answers beyond the greedy ones train only: (name, responses dir, data dir, answers).
+    let mut extra_answers = Vec::new();
     if args.sampled_answers > 0 {
-        let sampled = DistillSettings {
-            answers: Answers::Sampled {
-                per_prompt: args.sampled_answers,
-                first: args.first_sampled_answer,
-                temperature: args.sample_temperature,
-                skip_every: config.val_every,
-            },
-            ..settings.clone()
+        let sampled = Answers::Sampled {
+            per_prompt: args.sampled_answers,
+            first: args.first_sampled_answer,
+            temperature: args.sample_temperature,
+            skip_every: config.val_every,
         };
-        let shards = answers("responses-sampled", "sampled-data", &sampled)?;
-        let tokens: usize = shards.iter().map(FeatureShard::num_tokens).sum();
-        println!("sampled answers: {tokens} tokens");
-        training_only.extend(shards);
+        extra_answers.push(("sampled", "responses-sampled", "sampled-data", sampled));
     }
     if args.follow_ups {
-        let follow_ups = DistillSettings {
-            answers: Answers::FollowUp {
-                skip_every: config.val_every,
-            },
+        let follow_ups = Answers::FollowUp {
+            skip_every: config.val_every,
+        };
+        extra_answers.push((
+            "follow-up",
+            "responses-follow-up",
+            "follow-up-data",
+            follow_ups,
+        ));
+    }
+    for (name, responses_dir, data_dir, kind) in extra_answers {
+        let extra = DistillSettings {
+            answers: kind,
             ..settings.clone()
         };
-        let shards = answers("responses-follow-up", "follow-up-data", &follow_ups)?;
+        let shards = answers(responses_dir, data_dir, &extra)?;
         let tokens: usize = shards.iter().map(FeatureShard::num_tokens).sum();
-        println!("follow-up answers: {tokens} tokens");
+        println!("{name} answers: {tokens} tokens");
         training_only.extend(shards);
     }
     training_only.extend(corpus_shards(
