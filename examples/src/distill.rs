@@ -1,5 +1,5 @@
-//! Self-distillation data for training a draft head: the built-in training prompts answered by
-//! the target with the engine (greedy, several sampled answers per prompt, or an answer to a
+//! Self-distillation data for training a draft head: training prompts (built-in or written by
+//! the target itself) answered by the target with the engine (greedy, several sampled answers per prompt, or an answer to a
 //! follow-up turn after the greedy one; batched), then replayed through the target once to
 //! record its features, in resumable safetensors shards.
 
@@ -16,7 +16,20 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
 use crate::follow_ups::{follow_up, follow_up_conversation};
-use crate::train_prompts::{generate_training_prompts, TrainingPrompt};
+use crate::self_instruct::SelfInstructSettings;
+use crate::train_prompts::TrainingPrompt;
+
+/// Where a data set's prompts come from.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PromptSet {
+    /// The built-in generator's ([`crate::train_prompts`]), seeded by the settings'
+    /// `prompt_seed`.
+    #[default]
+    BuiltIn,
+    /// Requests the target wrote itself ([`crate::self_instruct`]), drawn with these settings.
+    SelfInstructed(SelfInstructSettings),
+}
 
 /// Which answers of the target a data set records.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
@@ -81,7 +94,7 @@ impl Answers {
 
 /// The seed of sampled answer `sample` to the prompt at `index`: the same in every run and
 /// build with the same `seed`, so that a resumed run samples as the interrupted one did.
-fn answer_seed(seed: u64, index: usize, sample: usize) -> u64 {
+pub(crate) fn answer_seed(seed: u64, index: usize, sample: usize) -> u64 {
     [index as u64, sample as u64]
         .into_iter()
         .fold(mix(seed), |state, part| mix(state ^ part))
@@ -99,9 +112,12 @@ fn mix(value: u64) -> u64 {
 /// How the data set is made; stored beside the shards so a resumed run cannot mix settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DistillSettings {
-    /// Number of built-in training prompts.
+    /// Where the prompts come from.
+    #[serde(default)]
+    pub prompt_set: PromptSet,
+    /// Number of training prompts.
     pub num_prompts: usize,
-    /// Seed of the prompt generator.
+    /// Seed of the prompt generator and of sampled answers.
     pub prompt_seed: u64,
     /// Most response tokens per prompt.
     pub max_tokens: usize,
@@ -148,17 +164,25 @@ pub struct DistillDirs<'a> {
 }
 
 /// Builds (or completes) the feature shards in `dirs.data` for the target in `model_dir` and
-/// loads them (at least one sequence). Shards and responses already on disk are kept, so an
-/// interrupted run resumes.
+/// loads them (at least one sequence): the answers to `prompts`, the set `settings.prompt_set`
+/// names. Shards and responses already on disk are kept, so an interrupted run resumes.
 pub fn build_distill_data(
     model_dir: &Path,
     dirs: DistillDirs<'_>,
     tap: &FeatureTap,
+    prompts: &[TrainingPrompt],
     settings: &DistillSettings,
     sizes: GenerationSizes,
 ) -> Result<Vec<FeatureShard>> {
     if settings.shard_size == 0 || settings.num_prompts == 0 {
         bail!("--prompts and the shard size must be positive");
+    }
+    if prompts.len() != settings.num_prompts {
+        bail!(
+            "{} prompts given for a data set of {}",
+            prompts.len(),
+            settings.num_prompts
+        );
     }
     if let Answers::FollowUp { skip_every } = settings.answers {
         if skip_every == 1 || dirs.first_turns.is_none() {
@@ -173,6 +197,8 @@ pub fn build_distill_data(
         data: data_dir,
         first_turns,
     } = dirs;
+    // Only follow-ups continue the greedy answers; every other kind answers the prompt alone.
+    let first_turns = first_turns.filter(|_| matches!(settings.answers, Answers::FollowUp { .. }));
     if let Answers::Sampled {
         per_prompt,
         temperature,
@@ -202,7 +228,6 @@ pub fn build_distill_data(
         ..settings.clone()
     };
     crate::manifest::check_or_write(responses_dir, MANIFEST, &response_settings)?;
-    let prompts = generate_training_prompts(settings.num_prompts, settings.prompt_seed)?;
     let chunks: Vec<_> = prompts.chunks(settings.shard_size).collect();
     let missing: Vec<usize> = (0..chunks.len())
         .filter(|&i| !shard_path(data_dir, i).exists())

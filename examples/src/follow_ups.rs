@@ -30,7 +30,8 @@ impl FollowUps {
     fn of(&self, category: PromptCategory) -> &[String] {
         match category {
             PromptCategory::Question => &self.question,
-            PromptCategory::Instruction => &self.instruction,
+            // The target's own requests are mostly requests for help with a task.
+            PromptCategory::Instruction | PromptCategory::SelfInstructed => &self.instruction,
             PromptCategory::Story => &self.story,
             PromptCategory::Code => &self.code,
             PromptCategory::Math => &self.math,

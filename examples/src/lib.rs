@@ -18,6 +18,7 @@ pub mod manifest;
 pub mod paths;
 pub mod prompts;
 pub mod report;
+pub mod self_instruct;
 pub mod serving_options;
 pub mod speculative_options;
 pub mod stats;

@@ -28,6 +28,9 @@ pub enum PromptCategory {
     Code,
     /// Arithmetic or a word problem with numbers from the rng.
     Math,
+    /// A request the target wrote itself ([`crate::self_instruct`]); not made by this
+    /// generator, so not in [`PromptCategory::ALL`].
+    SelfInstructed,
 }
 
 impl PromptCategory {
@@ -226,6 +229,7 @@ fn enumerate_category(category: PromptCategory, rng: &mut ChaCha8Rng) -> Vec<Str
         PromptCategory::Story => &templates.story,
         PromptCategory::Code => &templates.code,
         PromptCategory::Math => return math_prompts(rng),
+        PromptCategory::SelfInstructed => return Vec::new(),
     };
     templates.iter().flat_map(Template::fill).collect()
 }

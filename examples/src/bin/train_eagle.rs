@@ -29,10 +29,12 @@ use aquila_examples::corpus::{
 };
 use aquila_examples::device::{check_device, default_device, parse_device};
 use aquila_examples::distill::{
-    build_distill_data, Answers, DistillDirs, DistillSettings, GenerationSizes,
+    build_distill_data, Answers, DistillDirs, DistillSettings, GenerationSizes, PromptSet,
 };
 use aquila_examples::heads::{shipped_eagle3_head_dir, shipped_head_dir};
 use aquila_examples::paths::{default_model_dir, workspace_root};
+use aquila_examples::self_instruct::{self_instructed_prompts, SelfInstructSettings};
+use aquila_examples::train_prompts::{generate_training_prompts, TrainingPrompt};
 use aquila_examples::training::{
     build_head, draft_vocab_coverage, load_head, write_training_record, HeadMethod, OutputInit,
     ProgressObserver, TrainingRecord,
@@ -187,7 +189,17 @@ struct Args {
     /// target's greedy answer to it (training only, like `--sampled-answers`).
     #[arg(long)]
     follow_ups: bool,
-    /// Train on the sampled, follow-up and corpus data alone: the greedy answers only give
+    /// Also train on the target's greedy answers to this many requests it wrote itself (drawn
+    /// from its chat template's user turn, filtered and deduplicated; training only).
+    #[arg(long, default_value_t = 0)]
+    self_instruct: usize,
+    /// Softmax temperature of the self-instructed requests' draws.
+    #[arg(long, default_value_t = 1.0)]
+    self_instruct_temperature: f32,
+    /// Nucleus threshold of the self-instructed requests' draws.
+    #[arg(long, default_value_t = 0.95)]
+    self_instruct_top_p: f32,
+    /// Train on the sampled, follow-up, self-instructed and corpus data alone: the greedy answers only give
     /// the validation sequences (for a warm start, `--init-head`, that takes in data new to
     /// the head rather than another pass over the greedy answers it was trained on).
     #[arg(long)]
@@ -218,6 +230,7 @@ fn main() -> Result<()> {
         return preview_corpus(&args, &work_dir.join("corpus-packages"), count);
     }
     let settings = DistillSettings {
+        prompt_set: PromptSet::BuiltIn,
         num_prompts: args.prompts,
         prompt_seed: args.seed,
         max_tokens: args.max_tokens,
@@ -233,15 +246,19 @@ fn main() -> Result<()> {
     };
     // The target's answers (in `responses_dir`) and their features (in `data_dir`).
     let greedy_responses = work_dir.join("responses");
-    let answers = |responses_dir: &str, data_dir: &str, settings: &DistillSettings| {
+    let answers = |responses_dir: &str,
+                   data_dir: &str,
+                   prompts: &[TrainingPrompt],
+                   settings: &DistillSettings| {
         let dirs = DistillDirs {
             responses: &work_dir.join(responses_dir),
             data: &work_dir.join(method.name()).join(data_dir),
             first_turns: Some(&greedy_responses),
         };
-        build_distill_data(&target_dir, dirs, &tap, settings, sizes)
+        build_distill_data(&target_dir, dirs, &tap, prompts, settings, sizes)
     };
-    let distilled = answers("responses", "data", &settings)?;
+    let prompts = generate_training_prompts(args.prompts, args.seed)?;
+    let distilled = answers("responses", "data", &prompts, &settings)?;
     let config = training_config(&args);
     let mut training_only = Vec::new();
     // Answers beyond the greedy ones train only: (name, responses dir, data dir, answers).
@@ -271,10 +288,36 @@ fn main() -> Result<()> {
             answers: kind,
             ..settings.clone()
         };
-        let shards = answers(responses_dir, data_dir, &extra)?;
-        let tokens: usize = shards.iter().map(FeatureShard::num_tokens).sum();
-        println!("{name} answers: {tokens} tokens");
-        training_only.extend(shards);
+        let shards = answers(responses_dir, data_dir, &prompts, &extra)?;
+        training_only.extend(counted(&format!("{name} answers"), shards));
+    }
+    if args.self_instruct > 0 {
+        let drawing = SelfInstructSettings {
+            count: args.self_instruct,
+            seed: args.seed,
+            temperature: args.self_instruct_temperature,
+            top_p: args.self_instruct_top_p,
+            max_tokens: 96,
+            weights: args.response_weights,
+        };
+        let requests = self_instructed_prompts(
+            &target_dir,
+            &work_dir.join("self-instruct"),
+            &drawing,
+            sizes.max_num_seqs,
+        )?;
+        let self_instructed = DistillSettings {
+            prompt_set: PromptSet::SelfInstructed(drawing),
+            num_prompts: requests.len(),
+            ..settings.clone()
+        };
+        let shards = answers(
+            "responses-self-instruct",
+            "self-instruct-data",
+            &requests,
+            &self_instructed,
+        )?;
+        training_only.extend(counted("self-instructed requests' answers", shards));
     }
     training_only.extend(corpus_shards(
         &args,
@@ -328,6 +371,13 @@ fn main() -> Result<()> {
     println!("{}", record.summary());
     println!("head written to {}", out.display());
     Ok(())
+}
+
+/// `shards`, after printing how many tokens the data set `name` holds.
+fn counted(name: &str, shards: Vec<FeatureShard>) -> Vec<FeatureShard> {
+    let tokens: usize = shards.iter().map(FeatureShard::num_tokens).sum();
+    println!("{name}: {tokens} tokens");
+    shards
 }
 
 /// The corpus shards of `--corpus` (recorded now when missing), or none without sources.

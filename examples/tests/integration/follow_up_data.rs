@@ -6,8 +6,9 @@ use std::path::Path;
 
 use aquila_engine::WeightFormat;
 use aquila_examples::distill::{
-    build_distill_data, Answers, DistillDirs, DistillSettings, GenerationSizes,
+    build_distill_data, Answers, DistillDirs, DistillSettings, GenerationSizes, PromptSet,
 };
+use aquila_examples::train_prompts::generate_training_prompts;
 use aquila_model_loader::model::FeatureTap;
 use aquila_model_loader::tokenizer::Tokenizer;
 use aquila_spec_decode::train::{tap_name, FeatureShard};
@@ -35,6 +36,7 @@ fn follow_ups_continue_the_greedy_answers_of_the_training_prompts() {
     let work = tempfile::tempdir().unwrap();
     let tap = FeatureTap::LastHidden;
     let greedy = DistillSettings {
+        prompt_set: PromptSet::BuiltIn,
         num_prompts: 6,
         prompt_seed: 0,
         max_tokens: 6,
@@ -48,6 +50,7 @@ fn follow_ups_continue_the_greedy_answers_of_the_training_prompts() {
         max_num_seqs: 4,
         record_batch_tokens: 256,
     };
+    let prompts = generate_training_prompts(6, 0).unwrap();
     let dir = |name: &str| work.path().join(name);
     let build = |responses: &Path, data: &Path, first_turns, settings: &DistillSettings| {
         let dirs = DistillDirs {
@@ -55,11 +58,26 @@ fn follow_ups_continue_the_greedy_answers_of_the_training_prompts() {
             data,
             first_turns,
         };
-        build_distill_data(model.path(), dirs, &tap, settings, sizes)
+        build_distill_data(model.path(), dirs, &tap, &prompts, settings, sizes)
     };
     let greedy_responses = dir("responses");
-    let first_turns = sequences(&build(&greedy_responses, &dir("data"), None, &greedy).unwrap());
+    // As train-eagle does, every kind of answers is given the greedy answers' directory; only
+    // follow-ups read it, so the greedy answers themselves are made from nothing.
+    let first_turns = sequences(
+        &build(
+            &greedy_responses,
+            &dir("data"),
+            Some(&greedy_responses),
+            &greedy,
+        )
+        .unwrap(),
+    );
     assert_eq!(first_turns.len(), 6);
+    let tokenizer = Tokenizer::from_dir(model.path()).unwrap();
+    for (tokens, prompt_len) in &first_turns {
+        let prompt = tokenizer.decode(&tokens[..*prompt_len], false).unwrap();
+        assert_eq!(prompt.matches("<|im_start|>user").count(), 1, "{prompt:?}");
+    }
 
     let follow_up = DistillSettings {
         answers: Answers::FollowUp { skip_every: 3 },
@@ -82,7 +100,6 @@ fn follow_ups_continue_the_greedy_answers_of_the_training_prompts() {
 
     // Prompts 0 and 3 are held out (every third from the first); the others get one each.
     assert_eq!(follow_ups.len(), 4);
-    let tokenizer = Tokenizer::from_dir(model.path()).unwrap();
     let continued = first_turns
         .iter()
         .enumerate()

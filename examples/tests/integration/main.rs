@@ -9,6 +9,7 @@ mod device_choice;
 mod eagle_report;
 mod follow_up_data;
 mod interleaved;
+mod self_instructed_data;
 mod shipped_head;
 mod tiny;
 mod warm_start;
