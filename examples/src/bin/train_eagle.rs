@@ -9,7 +9,9 @@
 //! 1. The built-in training prompts are answered by the target with the engine (greedy; with
 //!    `--sampled-answers N`, also N answers per training prompt sampled at
 //!    `--sample-temperature`, which only ever train; `--first-sampled-answer M` draws answers
-//!    M to M + N - 1, new to a head warm-started from a run that drew M).
+//!    M to M + N - 1, new to a head warm-started from a run that drew M). With
+//!    `--self-instruct N`, the target also writes N requests itself and answers them greedily
+//!    (training only).
 //! 2. With `--corpus`, text from package sources (the Python documentation from Debian, the
 //!    ChatterBot dialogue corpus from PyPI) becomes chat samples, tokenized through the chat
 //!    template; held-out documents are never recorded.
