@@ -139,7 +139,8 @@ pub fn self_instructed_prompts(
         Ok(text) => {
             serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))?
         }
-        Err(_) => DrawnPrompts::default(),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => DrawnPrompts::default(),
+        Err(err) => return Err(err).with_context(|| format!("reading {}", path.display())),
     };
     if drawn.prompts.len() < settings.count {
         draw_prompts(model_dir, &path, settings, max_num_seqs, &mut drawn)?;

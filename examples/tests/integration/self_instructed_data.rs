@@ -1,6 +1,6 @@
 //! `train-eagle --self-instruct`: requests drawn from the target after its chat template's user
 //! header; a model that writes none gives a clear error after a bounded number of draws, with
-//! its draws kept for a resumed run.
+//! its draws kept for a resumed run, and a damaged set is an error naming its file.
 
 use aquila_engine::WeightFormat;
 use aquila_examples::self_instruct::{query_prefix, self_instructed_prompts, SelfInstructSettings};
@@ -44,6 +44,10 @@ fn a_model_that_writes_no_requests_is_refused_after_bounded_draws() {
     let stored = std::fs::read_to_string(work.path().join("prompts.json")).unwrap();
     let stored: serde_json::Value = serde_json::from_str(&stored).unwrap();
     assert_eq!(stored["rounds"], 8, "{stored}");
+    // A damaged set (not even text) is an error naming its file, not a silent restart.
+    std::fs::write(work.path().join("prompts.json"), [0xff, 0xfe, 0x00]).unwrap();
+    let err = self_instructed_prompts(model.path(), work.path(), &settings, 4).unwrap_err();
+    assert!(format!("{err:#}").contains("prompts.json"), "{err:#}");
     // Other settings in the same directory are refused.
     let other = SelfInstructSettings {
         count: 3,
