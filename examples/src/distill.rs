@@ -1,7 +1,7 @@
 //! Self-distillation data for training a draft head: training prompts (built-in or written by
-//! the target itself) answered by the target with the engine (greedy, several sampled answers per prompt, or an answer to a
-//! follow-up turn after the greedy one; batched), then replayed through the target once to
-//! record its features, in resumable safetensors shards.
+//! the target itself) answered by the target with the engine (greedy, several sampled answers
+//! per prompt, or an answer to a follow-up turn after the greedy one; batched), then replayed
+//! through the target once to record its features, in resumable safetensors shards.
 
 use std::path::{Path, PathBuf};
 
@@ -92,8 +92,9 @@ impl Answers {
     }
 }
 
-/// The seed of sampled answer `sample` to the prompt at `index`: the same in every run and
-/// build with the same `seed`, so that a resumed run samples as the interrupted one did.
+/// The seed of sampled answer `sample` to the prompt at `index` (and of draw `sample` of round
+/// `index` of [`crate::self_instruct`]): the same in every run and build with the same `seed`,
+/// so that a resumed run samples as the interrupted one did.
 pub(crate) fn answer_seed(seed: u64, index: usize, sample: usize) -> u64 {
     [index as u64, sample as u64]
         .into_iter()

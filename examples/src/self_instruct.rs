@@ -76,6 +76,9 @@ const PROMPTS_FILE: &str = "prompts.json";
 const MAX_WORDS: usize = 80;
 /// Fewest words of an accepted prompt.
 const MIN_WORDS: usize = 3;
+/// Most tokens of a drawn request: chat requests are seldom longer, and a draw that runs past
+/// this has usually left the user's turn.
+pub const MAX_REQUEST_TOKENS: usize = 96;
 /// Most draws per prompt asked for before a set is given up: a model that rarely writes an
 /// acceptable request is not one to draw from.
 const MAX_DRAWS_PER_PROMPT: usize = 16;

@@ -35,7 +35,9 @@ use aquila_examples::distill::{
 };
 use aquila_examples::heads::{shipped_eagle3_head_dir, shipped_head_dir};
 use aquila_examples::paths::{default_model_dir, workspace_root};
-use aquila_examples::self_instruct::{self_instructed_prompts, SelfInstructSettings};
+use aquila_examples::self_instruct::{
+    self_instructed_prompts, SelfInstructSettings, MAX_REQUEST_TOKENS,
+};
 use aquila_examples::train_prompts::{generate_training_prompts, TrainingPrompt};
 use aquila_examples::training::{
     build_head, draft_vocab_coverage, load_head, write_training_record, HeadMethod, OutputInit,
@@ -201,9 +203,10 @@ struct Args {
     /// Nucleus threshold of the self-instructed requests' draws.
     #[arg(long, default_value_t = 0.95)]
     self_instruct_top_p: f32,
-    /// Train on the sampled, follow-up, self-instructed and corpus data alone: the greedy answers only give
-    /// the validation sequences (for a warm start, `--init-head`, that takes in data new to
-    /// the head rather than another pass over the greedy answers it was trained on).
+    /// Train on the sampled, follow-up, self-instructed and corpus data alone: the greedy
+    /// answers only give the validation sequences (for a warm start, `--init-head`, that takes
+    /// in data new to the head rather than another pass over the greedy answers it was trained
+    /// on).
     #[arg(long)]
     new_data_only: bool,
 }
@@ -299,7 +302,7 @@ fn main() -> Result<()> {
             seed: args.seed,
             temperature: args.self_instruct_temperature,
             top_p: args.self_instruct_top_p,
-            max_tokens: 96,
+            max_tokens: MAX_REQUEST_TOKENS,
             weights: args.response_weights,
         };
         let requests = self_instructed_prompts(
