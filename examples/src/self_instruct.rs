@@ -6,7 +6,7 @@
 //! Each draw has a seed of its own, so a resumed run draws what the interrupted one would have;
 //! the accepted prompts are kept on disk after every round of draws.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use std::sync::OnceLock;
 
@@ -39,25 +39,38 @@ pub struct SelfInstructSettings {
     pub weights: WeightFormat,
 }
 
-/// The topics of `examples/prompts/eval-chat.jsonl`: a drawn request touching one is dropped, so
-/// that no evaluation prompt has a near twin among the training prompts.
+/// The topics of the evaluation sets under `examples/prompts/`, by file name: a drawn request
+/// touching one is dropped, so that no evaluation prompt has a near twin among the training
+/// prompts.
 #[derive(Deserialize)]
 struct EvaluationTopics {
-    evaluation_topics: Vec<String>,
+    evaluation_topics: BTreeMap<String, Vec<String>>,
 }
 
-/// Whether `text` touches a topic of the evaluation prompts, the built-in ones or eval-chat's.
-pub fn touches_evaluation_topic(text: &str) -> bool {
+fn evaluation_topics() -> &'static BTreeMap<String, Vec<String>> {
     static TOPICS: OnceLock<EvaluationTopics> = OnceLock::new();
-    let topics = TOPICS.get_or_init(|| {
-        serde_json::from_str(include_str!("../data/self-instruct.json"))
-            .expect("examples/data/self-instruct.json is valid (checked by a unit test)")
-    });
+    &TOPICS
+        .get_or_init(|| {
+            serde_json::from_str(include_str!("../data/self-instruct.json"))
+                .expect("examples/data/self-instruct.json is valid (checked by a unit test)")
+        })
+        .evaluation_topics
+}
+
+/// The topics of one evaluation set (`eval-chat.jsonl`, `eval-chat-2.jsonl`), lowercase;
+/// `None` for a set that has none recorded.
+pub fn evaluation_set_topics(set: &str) -> Option<&'static [String]> {
+    evaluation_topics().get(set).map(Vec::as_slice)
+}
+
+/// Whether `text` touches a topic of the evaluation prompts: the built-in ones or those of a
+/// set under `examples/prompts/`.
+pub fn touches_evaluation_topic(text: &str) -> bool {
     let lower = text.to_lowercase();
     touches_held_out_topic(text)
-        || topics
-            .evaluation_topics
-            .iter()
+        || evaluation_topics()
+            .values()
+            .flatten()
             .any(|topic| lower.contains(topic.as_str()))
 }
 
@@ -263,14 +276,10 @@ mod tests {
         }
     }
 
-    #[test]
-    fn every_evaluation_prompt_touches_an_evaluation_topic() {
-        let eval_chat = include_str!("../prompts/eval-chat.jsonl");
-        let mut texts: Vec<String> = crate::prompts::BUILTIN_CHAT_PROMPTS
-            .iter()
-            .map(|text| text.to_string())
-            .collect();
-        for line in eval_chat.lines() {
+    /// The user turns of an evaluation set under `examples/prompts/`.
+    fn user_turns(jsonl: &str) -> Vec<String> {
+        let mut texts = Vec::new();
+        for line in jsonl.lines() {
             let value: serde_json::Value = serde_json::from_str(line).unwrap();
             let messages = value["messages"].as_array().unwrap();
             texts.extend(
@@ -280,10 +289,52 @@ mod tests {
                     .map(|m| m["content"].as_str().unwrap().to_string()),
             );
         }
-        assert!(texts.len() >= 40, "{} evaluation prompts", texts.len());
+        texts
+    }
+
+    #[test]
+    fn every_evaluation_prompt_touches_an_evaluation_topic() {
+        let mut texts: Vec<String> = crate::prompts::BUILTIN_CHAT_PROMPTS
+            .iter()
+            .map(|text| text.to_string())
+            .collect();
+        for (set, jsonl, least) in [
+            (
+                "eval-chat.jsonl",
+                include_str!("../prompts/eval-chat.jsonl"),
+                32,
+            ),
+            (
+                "eval-chat-2.jsonl",
+                include_str!("../prompts/eval-chat-2.jsonl"),
+                42,
+            ),
+        ] {
+            let turns = user_turns(jsonl);
+            assert!(turns.len() >= least, "{set}: {} user turns", turns.len());
+            let topics = evaluation_set_topics(set).unwrap();
+            for text in &turns {
+                let lower = text.to_lowercase();
+                assert!(
+                    topics.iter().any(|t| lower.contains(t.as_str())),
+                    "{set}: {text:?}"
+                );
+            }
+            texts.extend(turns);
+        }
         for text in texts {
             assert!(touches_evaluation_topic(&text), "{text:?}");
             assert_eq!(accept_query(&text, FinishReason::Stop), None, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn topics_are_lowercase_and_name_existing_sets() {
+        assert_eq!(evaluation_set_topics("no-such-set.jsonl"), None);
+        for set in ["eval-chat.jsonl", "eval-chat-2.jsonl"] {
+            for topic in evaluation_set_topics(set).unwrap() {
+                assert_eq!(topic, &topic.to_lowercase(), "{set}");
+            }
         }
     }
 
