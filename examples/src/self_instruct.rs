@@ -331,8 +331,15 @@ mod tests {
     #[test]
     fn topics_are_lowercase_and_name_existing_sets() {
         assert_eq!(evaluation_set_topics("no-such-set.jsonl"), None);
-        for set in ["eval-chat.jsonl", "eval-chat-2.jsonl"] {
-            for topic in evaluation_set_topics(set).unwrap() {
+        let prompts = Path::new(env!("CARGO_MANIFEST_DIR")).join("prompts");
+        assert_eq!(evaluation_topics().len(), 2);
+        for (set, topics) in evaluation_topics() {
+            assert!(
+                prompts.join(set).is_file(),
+                "{set} is not under examples/prompts"
+            );
+            assert!(!topics.is_empty(), "{set}");
+            for topic in topics {
                 assert_eq!(topic, &topic.to_lowercase(), "{set}");
             }
         }
