@@ -3,7 +3,9 @@
 use aquila_engine::Prompt;
 use aquila_model_loader::tokenizer::ChatMessage;
 use serde::Deserialize;
+use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::OnceLock;
 
 /// One line of a prompts file: exactly one of the three forms.
 #[derive(Debug, Deserialize)]
@@ -120,6 +122,39 @@ pub fn builtin_chat_prompts(count: usize) -> Vec<Prompt> {
         .collect()
 }
 
+/// The topics of the evaluation sets under `examples/prompts/` (`evaluation-topics.json`), by
+/// file name: training prompts touching one are kept out of training, so that no evaluation
+/// prompt has a near twin among them.
+#[derive(Deserialize)]
+struct EvaluationTopics {
+    evaluation_topics: BTreeMap<String, Vec<String>>,
+}
+
+fn evaluation_topics() -> &'static BTreeMap<String, Vec<String>> {
+    static TOPICS: OnceLock<EvaluationTopics> = OnceLock::new();
+    &TOPICS
+        .get_or_init(|| {
+            serde_json::from_str(include_str!("../prompts/evaluation-topics.json"))
+                .expect("examples/prompts/evaluation-topics.json is valid (checked by a unit test)")
+        })
+        .evaluation_topics
+}
+
+/// The topics of one evaluation set (`eval-chat.jsonl`, `eval-chat-2.jsonl`), lowercase;
+/// `None` for a set that has none recorded.
+pub fn evaluation_set_topics(set: &str) -> Option<&'static [String]> {
+    evaluation_topics().get(set).map(Vec::as_slice)
+}
+
+/// Whether `text` touches a topic of an evaluation set under `examples/prompts/`.
+pub fn touches_evaluation_set_topic(text: &str) -> bool {
+    let lower = text.to_lowercase();
+    evaluation_topics()
+        .values()
+        .flatten()
+        .any(|topic| lower.contains(topic.as_str()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,5 +198,24 @@ mod tests {
         let prompts = builtin_chat_prompts(BUILTIN_CHAT_PROMPTS.len() + 2);
         assert_eq!(prompts.len(), BUILTIN_CHAT_PROMPTS.len() + 2);
         assert_eq!(prompts[0], prompts[BUILTIN_CHAT_PROMPTS.len()]);
+    }
+
+    #[test]
+    fn evaluation_topics_are_lowercase_and_name_existing_sets() {
+        assert_eq!(evaluation_set_topics("no-such-set.jsonl"), None);
+        let prompts = Path::new(env!("CARGO_MANIFEST_DIR")).join("prompts");
+        assert_eq!(evaluation_topics().len(), 2);
+        for (set, topics) in evaluation_topics() {
+            assert!(
+                prompts.join(set).is_file(),
+                "{set} is not under examples/prompts"
+            );
+            assert!(!topics.is_empty(), "{set}");
+            for topic in topics {
+                assert_eq!(topic, &topic.to_lowercase(), "{set}");
+            }
+        }
+        assert!(touches_evaluation_set_topic("Why do onions make me cry?"));
+        assert!(!touches_evaluation_set_topic("How do I make a budget?"));
     }
 }

@@ -6,9 +6,8 @@
 //! Each draw has a seed of its own, so a resumed run draws what the interrupted one would have;
 //! the accepted prompts are kept on disk after every round of draws.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::path::Path;
-use std::sync::OnceLock;
 
 use anyhow::{bail, Context, Result};
 use aquila_engine::{
@@ -19,6 +18,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
 use crate::distill::answer_seed;
+use crate::prompts::touches_evaluation_set_topic;
 use crate::train_prompts::{touches_held_out_topic, PromptCategory, TrainingPrompt};
 
 /// How a set of self-instructed prompts is drawn; stored beside it so that a resumed run
@@ -39,39 +39,10 @@ pub struct SelfInstructSettings {
     pub weights: WeightFormat,
 }
 
-/// The topics of the evaluation sets under `examples/prompts/`, by file name: a drawn request
-/// touching one is dropped, so that no evaluation prompt has a near twin among the training
-/// prompts.
-#[derive(Deserialize)]
-struct EvaluationTopics {
-    evaluation_topics: BTreeMap<String, Vec<String>>,
-}
-
-fn evaluation_topics() -> &'static BTreeMap<String, Vec<String>> {
-    static TOPICS: OnceLock<EvaluationTopics> = OnceLock::new();
-    &TOPICS
-        .get_or_init(|| {
-            serde_json::from_str(include_str!("../data/self-instruct.json"))
-                .expect("examples/data/self-instruct.json is valid (checked by a unit test)")
-        })
-        .evaluation_topics
-}
-
-/// The topics of one evaluation set (`eval-chat.jsonl`, `eval-chat-2.jsonl`), lowercase;
-/// `None` for a set that has none recorded.
-pub fn evaluation_set_topics(set: &str) -> Option<&'static [String]> {
-    evaluation_topics().get(set).map(Vec::as_slice)
-}
-
 /// Whether `text` touches a topic of the evaluation prompts: the built-in ones or those of a
 /// set under `examples/prompts/`.
 pub fn touches_evaluation_topic(text: &str) -> bool {
-    let lower = text.to_lowercase();
-    touches_held_out_topic(text)
-        || evaluation_topics()
-            .values()
-            .flatten()
-            .any(|topic| lower.contains(topic.as_str()))
+    touches_held_out_topic(text) || touches_evaluation_set_topic(text)
 }
 
 /// The stored state of a set: the rounds drawn so far and the prompts they gave.
@@ -312,7 +283,7 @@ mod tests {
         ] {
             let turns = user_turns(jsonl);
             assert!(turns.len() >= least, "{set}: {} user turns", turns.len());
-            let topics = evaluation_set_topics(set).unwrap();
+            let topics = crate::prompts::evaluation_set_topics(set).unwrap();
             for text in &turns {
                 let lower = text.to_lowercase();
                 assert!(
@@ -325,23 +296,6 @@ mod tests {
         for text in texts {
             assert!(touches_evaluation_topic(&text), "{text:?}");
             assert_eq!(accept_query(&text, FinishReason::Stop), None, "{text:?}");
-        }
-    }
-
-    #[test]
-    fn topics_are_lowercase_and_name_existing_sets() {
-        assert_eq!(evaluation_set_topics("no-such-set.jsonl"), None);
-        let prompts = Path::new(env!("CARGO_MANIFEST_DIR")).join("prompts");
-        assert_eq!(evaluation_topics().len(), 2);
-        for (set, topics) in evaluation_topics() {
-            assert!(
-                prompts.join(set).is_file(),
-                "{set} is not under examples/prompts"
-            );
-            assert!(!topics.is_empty(), "{set}");
-            for topic in topics {
-                assert_eq!(topic, &topic.to_lowercase(), "{set}");
-            }
         }
     }
 

@@ -479,7 +479,7 @@ mod tests {
 
     #[test]
     fn no_prompt_touches_the_second_chat_evaluation_set() {
-        let topics = crate::self_instruct::evaluation_set_topics("eval-chat-2.jsonl").unwrap();
+        let topics = crate::prompts::evaluation_set_topics("eval-chat-2.jsonl").unwrap();
         for prompt in generate_training_prompts(max_distinct_prompts(), 11).unwrap() {
             let lower = prompt.text.to_lowercase();
             for topic in topics {
