@@ -150,6 +150,7 @@ impl DraftPolicy {
         accepted: &[usize],
         confidences: &[f32],
     ) {
+        tracing::debug!(fed, accepted = accepted.len(), "draft verified");
         self.prior.observe(estimate, 0..fed, accepted);
         estimate.observe(fed, accepted);
         if confidences.len() >= fed {
@@ -407,14 +408,25 @@ impl DraftPolicy {
         // The highest expected rate wins, without a margin for the minimum: at one request in
         // flight a draft token that pays gains a few percent, which a margin would give away.
         let (mut best, mut best_rate, mut best_seconds) = (0, minimum_rate, minimum_seconds);
+        let base_tokens = tokens;
+        let mut best_tokens = tokens;
         for (taken, &(gain, row, _)) in rows.iter().enumerate() {
             tokens += gain;
             depth = depth.max(row.min(self.max_depth));
             let seconds = cost(taken + 1, depth);
             if tokens / seconds > best_rate {
                 (best, best_rate, best_seconds) = (taken + 1, tokens / seconds, seconds);
+                best_tokens = tokens;
             }
         }
+        tracing::debug!(
+            candidates = candidates.len(),
+            draft_rows = best,
+            expected_accepted = best_tokens - base_tokens,
+            seconds = best_seconds,
+            plain_seconds = minimum_seconds,
+            "draft choice"
+        );
         let row = forward[best + 1] - forward[best];
         let mut lengths = floors;
         for &(_, _, request) in &rows[..best] {

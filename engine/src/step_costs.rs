@@ -11,8 +11,11 @@
 //! twice, and no more than the cheap side below says where it lies beyond every row count
 //! timed three times or more (one slow first timing would otherwise keep a row count the
 //! policy then stops asking for from ever being timed again); the curve is the lower convex
-//! hull of those costs (a size measured above it was measured in worse conditions),
-//! interpolated between its points; below the smallest it stays flat (memory-bound). Beyond the largest decode step measured, the cost grows as the hull of
+//! hull of those costs (a size measured above it was measured in worse conditions), taken
+//! first over the row counts up to the largest timed three times or more and then continued
+//! through the capped ones beyond, so that a cheap side never lowers the cost of a row count
+//! timed often enough; interpolated between its points; below the smallest it stays flat
+//! (memory-bound). Beyond the largest decode step measured, the cost grows as the hull of
 //! all steps' timings (prefill chunks included) grows there, or in proportion to the rows where
 //! nothing larger was timed: a row count no decode step has reached yet is priced on the cheap
 //! side, so the policy may draft it and so measure it.
@@ -326,10 +329,23 @@ impl StepCosts {
         // sizes that were says: one slow first timing of a size that the policy then stops
         // asking for would otherwise price it out of ever being timed again.
         let cheap_side = |rows: usize| interpolate(&settled, rows, |s0, c0| beyond(s0, c0, rows));
-        let hull = lower_hull(self.forward.points().map(|(size, cost)| match cap_beyond {
-            Some(from) if size > from => (size, cheap_side(size).map_or(cost, |c| cost.min(c))),
-            _ => (size, cost),
-        }));
+        // The capped sizes shape the curve beyond the settled ones only: a cheap side drawn
+        // from prefill chunks lies below the decode rows' own cost per row, and in one hull
+        // with them it would pull the settled sizes' costs down too.
+        let (within, capped): (Vec<Point>, Vec<Point>) = self
+            .forward
+            .points()
+            .partition(|&(size, _)| cap_beyond.is_none_or(|from| size <= from));
+        let mut hull = lower_hull(within.into_iter());
+        let join = hull.last().copied();
+        let beyond_settled = lower_hull(
+            join.into_iter().chain(
+                capped
+                    .into_iter()
+                    .map(|(size, cost)| (size, cheap_side(size).map_or(cost, |c| cost.min(c)))),
+            ),
+        );
+        hull.extend(beyond_settled.into_iter().skip(usize::from(join.is_some())));
         let at = |rows: usize| interpolate(&hull, rows, |s0, c0| beyond(s0, c0, rows));
         let cheapest = hull.first()?.1;
         let min_step = MIN_ROW_COST * cheapest;
@@ -452,6 +468,31 @@ mod tests {
         forward(&mut costs, 4, 45);
         let curve = costs.forward_curve(2, 2).unwrap();
         assert!((curve[2] - 0.045).abs() < 1e-9, "{curve:?}");
+    }
+
+    #[test]
+    fn a_cheap_side_beyond_the_settled_sizes_leaves_their_costs_alone() {
+        // Decode steps of 4 to 8 rows timed often, 2 ms a row above 4; a 40-row prefill chunk
+        // at about 1 ms a row; a 32-row decode step timed once, priced on the cheap side.
+        let mut costs = StepCosts::default();
+        for _ in 0..3 {
+            for rows in 4..=8 {
+                forward(&mut costs, rows, 20 + 2 * (rows as u64 - 4));
+            }
+        }
+        timed_forward(&mut costs, 40, 60, false);
+        forward(&mut costs, 32, 80);
+        let curve = costs.forward_curve(4, 28).unwrap();
+        for rows in 4..=8 {
+            let settled = 0.020 + 0.002 * (rows - 4) as f64;
+            assert!(
+                (curve[rows - 4] - settled).abs() < 1e-9,
+                "{rows}: {curve:?}"
+            );
+        }
+        // All steps' hull runs from 4 rows straight to the prefill chunk, 40 ms over 36 rows.
+        let cheap_side = 0.028 + 24.0 * (0.060 - 0.020) / 36.0;
+        assert!((curve[28] - cheap_side).abs() < 1e-9, "{curve:?}");
     }
 
     #[test]
