@@ -21,12 +21,16 @@ use crate::distill::answer_seed;
 use crate::prompts::touches_evaluation_set_topic;
 use crate::train_prompts::{touches_held_out_topic, PromptCategory, TrainingPrompt};
 
-/// How a set of self-instructed prompts is drawn; stored beside it so that a resumed run
-/// cannot mix sets.
+/// Which self-instructed prompts a run uses: requests `first..count` of the set its draw
+/// settings make.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SelfInstructSettings {
-    /// Prompts in the set.
+    /// Prompts drawn: the set's first `count` requests.
     pub count: usize,
+    /// Requests before this one are left out (a warm-started head was trained on them), so the
+    /// run answers requests `first..count`.
+    #[serde(default)]
+    pub first: usize,
     /// Seed of the draws.
     pub seed: u64,
     /// Softmax temperature of the draws.
@@ -37,6 +41,30 @@ pub struct SelfInstructSettings {
     pub max_tokens: usize,
     /// The weights the draws are made with.
     pub weights: WeightFormat,
+}
+
+/// What makes a drawn set, stored beside it so that a resumed or extended draw cannot mix sets:
+/// the settings without the count, since a longer set starts with every request of a shorter
+/// one (every round's draws are kept, so drawing further continues the same sequence).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct DrawSettings {
+    seed: u64,
+    temperature: f32,
+    top_p: f32,
+    max_tokens: usize,
+    weights: WeightFormat,
+}
+
+impl From<&SelfInstructSettings> for DrawSettings {
+    fn from(settings: &SelfInstructSettings) -> Self {
+        DrawSettings {
+            seed: settings.seed,
+            temperature: settings.temperature,
+            top_p: settings.top_p,
+            max_tokens: settings.max_tokens,
+            weights: settings.weights,
+        }
+    }
 }
 
 /// Whether `text` touches a topic of the evaluation prompts: the built-in ones or those of a
@@ -50,6 +78,22 @@ pub fn touches_evaluation_topic(text: &str) -> bool {
 struct DrawnPrompts {
     rounds: usize,
     prompts: Vec<String>,
+}
+
+impl DrawnPrompts {
+    /// Takes in one round's draws: every acceptable one not yet in the set, in order, so that
+    /// the set never depends on how many prompts were asked for.
+    fn absorb<'a>(&mut self, draws: impl IntoIterator<Item = (&'a str, FinishReason)>) {
+        let mut seen: HashSet<String> = self.prompts.iter().map(|p| dedup_key(p)).collect();
+        for (text, finish) in draws {
+            if let Some(text) = accept_query(text, finish) {
+                if seen.insert(dedup_key(&text)) {
+                    self.prompts.push(text);
+                }
+            }
+        }
+        self.rounds += 1;
+    }
 }
 
 /// The manifest file of a prompt set's directory.
@@ -108,19 +152,24 @@ fn dedup_key(text: &str) -> String {
         .join(" ")
 }
 
-/// The self-instructed prompts of `settings` for the target in `model_dir`, drawn now where
-/// `dir` does not hold them all yet (`max_num_seqs` draws at a time), distinct and in the order
-/// drawn.
+/// The self-instructed prompts `settings.first..settings.count` for the target in `model_dir`,
+/// drawn now where `dir` does not hold them all yet (`max_num_seqs` draws at a time), distinct
+/// and in the order drawn.
 pub fn self_instructed_prompts(
     model_dir: &Path,
     dir: &Path,
     settings: &SelfInstructSettings,
     max_num_seqs: usize,
 ) -> Result<Vec<TrainingPrompt>> {
-    if settings.count == 0 || max_num_seqs == 0 || settings.max_tokens == 0 {
-        bail!("self-instructed prompts need a positive count, batch and token limit");
+    if settings.first >= settings.count || max_num_seqs == 0 || settings.max_tokens == 0 {
+        bail!(
+            "self-instructed prompts need a count above the first one used ({} is not above {}), \
+             a positive batch and token limit",
+            settings.count,
+            settings.first
+        );
     }
-    crate::manifest::check_or_write(dir, MANIFEST, settings)?;
+    crate::manifest::check_or_write(dir, MANIFEST, &DrawSettings::from(settings))?;
     let path = dir.join(PROMPTS_FILE);
     let mut drawn: DrawnPrompts = match std::fs::read_to_string(&path) {
         Ok(text) => {
@@ -132,7 +181,7 @@ pub fn self_instructed_prompts(
     if drawn.prompts.len() < settings.count {
         draw_prompts(model_dir, &path, settings, max_num_seqs, &mut drawn)?;
     }
-    Ok(drawn.prompts[..settings.count]
+    Ok(drawn.prompts[settings.first..settings.count]
         .iter()
         .map(|text| TrainingPrompt {
             category: PromptCategory::SelfInstructed,
@@ -157,7 +206,6 @@ fn draw_prompts(
     })?;
     let prefix = query_prefix(llm.tokenizer())?;
     let prefix_ids = llm.tokenizer().encode(&prefix, false)?;
-    let mut seen: HashSet<String> = drawn.prompts.iter().map(|p| dedup_key(p)).collect();
     let bar = ProgressBar::new(settings.count as u64).with_style(
         ProgressStyle::with_template(
             "self-instruct [{bar:30}] {pos}/{len} prompts {elapsed_precise} (eta {eta}) {msg}",
@@ -178,14 +226,11 @@ fn draw_prompts(
             .collect();
         let prompts = vec![Prompt::TokenIds(prefix_ids.clone()); max_num_seqs];
         let outputs = llm.generate_with_params(prompts, &params)?;
-        for output in &outputs {
-            if let Some(text) = accept_query(&output.text, output.finish_reason) {
-                if drawn.prompts.len() < settings.count && seen.insert(dedup_key(&text)) {
-                    drawn.prompts.push(text);
-                }
-            }
-        }
-        drawn.rounds += 1;
+        drawn.absorb(
+            outputs
+                .iter()
+                .map(|output| (output.text.as_str(), output.finish_reason)),
+        );
         let partial = path.with_extension("partial");
         std::fs::write(&partial, serde_json::to_string(&drawn)?)
             .with_context(|| format!("writing {}", partial.display()))?;
@@ -308,6 +353,63 @@ mod tests {
         ] {
             assert!(!touches_evaluation_topic(text), "{text:?}");
         }
+    }
+
+    #[test]
+    fn a_round_keeps_every_new_acceptable_draw_in_order() {
+        let mut drawn = DrawnPrompts {
+            rounds: 2,
+            prompts: vec!["What are the main causes of inflation?".to_string()],
+        };
+        drawn.absorb([
+            ("what are the main causes of INFLATION", FinishReason::Stop),
+            (
+                "Write a Python class for a bank account.",
+                FinishReason::Stop,
+            ),
+            ("Can you help me plan", FinishReason::Length),
+            (
+                "How do I make a budget for my first apartment?",
+                FinishReason::Stop,
+            ),
+            (
+                "Write a Python class for a bank account!",
+                FinishReason::Stop,
+            ),
+        ]);
+        assert_eq!(drawn.rounds, 3);
+        assert_eq!(
+            drawn.prompts,
+            [
+                "What are the main causes of inflation?",
+                "Write a Python class for a bank account.",
+                "How do I make a budget for my first apartment?"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_longer_set_shares_the_draw_settings_of_a_shorter_one() {
+        let short = SelfInstructSettings {
+            count: 3072,
+            first: 0,
+            seed: 0,
+            temperature: 1.0,
+            top_p: 0.95,
+            max_tokens: MAX_REQUEST_TOKENS,
+            weights: WeightFormat::Q8_0,
+        };
+        let longer = SelfInstructSettings {
+            count: 6144,
+            first: 3072,
+            ..short.clone()
+        };
+        let reseeded = SelfInstructSettings {
+            seed: 1,
+            ..short.clone()
+        };
+        assert_eq!(DrawSettings::from(&short), DrawSettings::from(&longer));
+        assert_ne!(DrawSettings::from(&short), DrawSettings::from(&reseeded));
     }
 
     #[test]

@@ -197,6 +197,11 @@ struct Args {
     /// from its chat template's user turn, filtered and deduplicated; training only).
     #[arg(long, default_value_t = 0)]
     self_instruct: usize,
+    /// Number of the first self-instructed request answered: with `--init-head`, the count of
+    /// requests the head was trained on, so that this run answers only the new ones (a larger
+    /// `--self-instruct` with the same `--seed` extends the same set).
+    #[arg(long, default_value_t = 0)]
+    first_self_instructed: usize,
     /// Softmax temperature of the self-instructed requests' draws.
     #[arg(long, default_value_t = 1.0)]
     self_instruct_temperature: f32,
@@ -299,6 +304,7 @@ fn main() -> Result<()> {
     if args.self_instruct > 0 {
         let drawing = SelfInstructSettings {
             count: args.self_instruct,
+            first: args.first_self_instructed,
             seed: args.seed,
             temperature: args.self_instruct_temperature,
             top_p: args.self_instruct_top_p,

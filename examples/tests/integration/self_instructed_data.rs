@@ -29,6 +29,7 @@ fn a_model_that_writes_no_requests_is_refused_after_bounded_draws() {
     let work = tempfile::tempdir().unwrap();
     let settings = SelfInstructSettings {
         count: 2,
+        first: 0,
         seed: 0,
         temperature: 1.0,
         top_p: 1.0,
@@ -48,11 +49,18 @@ fn a_model_that_writes_no_requests_is_refused_after_bounded_draws() {
     std::fs::write(work.path().join("prompts.json"), [0xff, 0xfe, 0x00]).unwrap();
     let err = self_instructed_prompts(model.path(), work.path(), &settings, 4).unwrap_err();
     assert!(format!("{err:#}").contains("prompts.json"), "{err:#}");
-    // Other settings in the same directory are refused.
+    // Other draw settings in the same directory are refused.
     let other = SelfInstructSettings {
-        count: 3,
-        ..settings
+        seed: 1,
+        ..settings.clone()
     };
     let err = self_instructed_prompts(model.path(), work.path(), &other, 4).unwrap_err();
     assert!(err.to_string().contains("other settings"), "{err}");
+    // A range that holds no request is refused before anything is drawn.
+    let empty = SelfInstructSettings {
+        first: 2,
+        ..settings
+    };
+    let err = self_instructed_prompts(model.path(), work.path(), &empty, 4).unwrap_err();
+    assert!(err.to_string().contains("above the first"), "{err}");
 }
