@@ -115,6 +115,26 @@ pub struct EagleDrafter {
     /// drafts only.
     #[serde(default)]
     pub lookup: Option<NgramDrafter>,
+    /// How chain drafts are picked for requests that sample (EAGLE-2 trees always take the
+    /// head's likeliest children, and greedy requests its argmax).
+    #[serde(default)]
+    pub draft_pick: DraftPick,
+}
+
+/// How an EAGLE head picks each chain draft token of a request that samples (temperature above
+/// 0). Either way the target verifies the drafts losslessly: the outputs follow the request's
+/// sampling distribution exactly.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DraftPick {
+    /// Sampled from the head's softmax at the request's temperature and accepted with
+    /// probability `min(1, p/q)`: where the target spreads its probability over several
+    /// tokens, this is accepted more often than the head's argmax, which is accepted with the
+    /// target's probability of that one token.
+    #[default]
+    Sample,
+    /// The head's most likely token, verified as a one-hot draft (as vLLM's EAGLE chains).
+    Argmax,
 }
 
 impl EagleDrafter {
@@ -126,6 +146,7 @@ impl EagleDrafter {
             tree: None,
             weights: None,
             lookup: Some(NgramDrafter::assisting()),
+            draft_pick: DraftPick::default(),
         }
     }
 }

@@ -78,8 +78,8 @@ pub use async_llm::{
     AsyncLlm, AsyncLlmConfig, AsyncLlmError, RequestEvent, RequestStream, ShutdownMode,
 };
 pub use config::{
-    DType, Device, DraftLength, DraftTreeConfig, EagleDrafter, EngineConfig, KvCacheBudget,
-    MetricsConfig, NgramDrafter, SpeculativeConfig, SpeculativeMethod, WeightFormat,
+    DType, Device, DraftLength, DraftPick, DraftTreeConfig, EagleDrafter, EngineConfig,
+    KvCacheBudget, MetricsConfig, NgramDrafter, SpeculativeConfig, SpeculativeMethod, WeightFormat,
 };
 pub use error::{EngineError, PromptError};
 pub use llm::Llm;

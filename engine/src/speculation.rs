@@ -10,13 +10,13 @@ use aquila_model_loader::quant::WeightFormat;
 use aquila_spec_decode::eagle::EagleHead;
 use aquila_spec_decode::ngram::{NgramConfig, NgramProposer};
 use aquila_spec_decode::proposer::{
-    Draft, EagleProposer, EagleProposerConfig, EagleTreeConfig, LookupAssisted, ProposeBatch,
-    ProposeError, ProposeRequest, Proposer,
+    Draft, DraftSampling, EagleProposer, EagleProposerConfig, EagleTreeConfig, LookupAssisted,
+    ProposeBatch, ProposeError, ProposeRequest, Proposer,
 };
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
-use crate::config::{NgramDrafter, SpeculativeConfig, SpeculativeMethod};
+use crate::config::{DraftPick, NgramDrafter, SpeculativeConfig, SpeculativeMethod};
 use crate::error::EngineError;
 use crate::output::RequestId;
 
@@ -77,13 +77,15 @@ pub(crate) struct DraftPlacement<'a, B: Backend> {
 impl<B: KernelBackend> Drafter<B> {
     /// Builds the drafter `config` describes for `target` where `placement` says, with draft
     /// state for `max_num_seqs` concurrent requests; `custom` is the proposer of
-    /// [`SpeculativeMethod::Custom`].
+    /// [`SpeculativeMethod::Custom`]. Sampled drafts draw from per-request streams derived
+    /// from `seed`.
     pub fn from_config(
         config: &SpeculativeConfig,
         custom: Option<FeaturelessProposer>,
         target: &LlamaModel<B>,
         placement: DraftPlacement<'_, B>,
         max_num_seqs: usize,
+        seed: u64,
     ) -> Result<Self, EngineError> {
         let device = placement.device;
         let k = config.num_speculative_tokens;
@@ -146,7 +148,13 @@ impl<B: KernelBackend> Drafter<B> {
                         top_k: tree.top_k,
                         num_nodes: tree.num_nodes,
                     }),
-                    None => EagleProposerConfig::greedy(k),
+                    None => EagleProposerConfig {
+                        sampling: match eagle.draft_pick {
+                            DraftPick::Sample => DraftSampling::FollowRequests { seed },
+                            DraftPick::Argmax => DraftSampling::Greedy,
+                        },
+                        ..EagleProposerConfig::greedy(k)
+                    },
                 };
                 // A head drafting through the target's lm_head runs it once per draft token:
                 // it gets its own copy in the head's format (a quarter of an f32 lm_head's
@@ -307,6 +315,7 @@ mod tests {
             feature_rows: &[],
             max_draft_tokens: 8,
             stop: None,
+            temperature: 0.0,
         }
     }
 

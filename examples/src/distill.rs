@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::follow_ups::{follow_up, follow_up_conversation};
 use crate::self_instruct::SelfInstructSettings;
-use crate::train_prompts::TrainingPrompt;
+use crate::train_prompts::{is_held_out, TrainingPrompt};
 
 /// Where a data set's prompts come from.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -70,7 +70,7 @@ impl Answers {
         match *self {
             Answers::Greedy => vec![SamplingParams::greedy(max_tokens)],
             Answers::Sampled { skip_every, .. } | Answers::FollowUp { skip_every }
-                if skip_every > 0 && index.is_multiple_of(skip_every) =>
+                if is_held_out(index, skip_every) =>
             {
                 Vec::new()
             }

@@ -84,6 +84,11 @@ pub fn parse_prompts_jsonl(text: &str, origin: &str) -> Result<Vec<Prompt>, Prom
     Ok(prompts)
 }
 
+/// One conversation as a line of a prompts file (`{"messages": [...]}`), without the newline.
+pub fn chat_prompt_line(messages: &[ChatMessage]) -> String {
+    serde_json::json!({ "messages": messages }).to_string()
+}
+
 /// Reads a prompts file (see [`parse_prompts_jsonl`]).
 pub fn read_prompts_file(path: &Path) -> Result<Vec<Prompt>, PromptsFileError> {
     let origin = path.display().to_string();
@@ -158,6 +163,24 @@ pub fn touches_evaluation_set_topic(text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_written_conversation_reads_back_as_the_same_chat() {
+        let messages = vec![
+            ChatMessage::new("user", "Say \"hi\"\nthen stop."),
+            ChatMessage::new("assistant", "hi"),
+            ChatMessage::new("user", "Again?"),
+        ];
+        let text = [
+            chat_prompt_line(&messages),
+            chat_prompt_line(&messages[..1]),
+        ]
+        .join("\n");
+        let prompts = parse_prompts_jsonl(&text, "written").unwrap();
+        assert_eq!(prompts.len(), 2);
+        assert!(matches!(&prompts[0], Prompt::Chat(read) if read == &messages));
+        assert!(matches!(&prompts[1], Prompt::Chat(read) if read == &messages[..1]));
+    }
 
     #[test]
     fn parses_the_three_line_forms_and_skips_blank_lines() {

@@ -21,8 +21,8 @@ use crate::distill::answer_seed;
 use crate::prompts::touches_evaluation_set_topic;
 use crate::train_prompts::{touches_held_out_topic, PromptCategory, TrainingPrompt};
 
-/// Which self-instructed prompts a run uses: requests `first..count` of the set its draw
-/// settings make.
+/// Which self-instructed prompts a run uses: requests `first..count` of the set that `draw`
+/// makes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SelfInstructSettings {
     /// Prompts drawn: the set's first `count` requests.
@@ -31,6 +31,16 @@ pub struct SelfInstructSettings {
     /// run answers requests `first..count`.
     #[serde(default)]
     pub first: usize,
+    /// How the set is drawn.
+    #[serde(flatten)]
+    pub draw: DrawSettings,
+}
+
+/// What makes a drawn set, stored beside it so that a resumed or extended draw cannot mix sets.
+/// It holds no count: every round's draws are kept, so a longer set starts with every request
+/// of a shorter one drawn with the same settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DrawSettings {
     /// Seed of the draws.
     pub seed: u64,
     /// Softmax temperature of the draws.
@@ -41,30 +51,6 @@ pub struct SelfInstructSettings {
     pub max_tokens: usize,
     /// The weights the draws are made with.
     pub weights: WeightFormat,
-}
-
-/// What makes a drawn set, stored beside it so that a resumed or extended draw cannot mix sets:
-/// the settings without the count, since a longer set starts with every request of a shorter
-/// one (every round's draws are kept, so drawing further continues the same sequence).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct DrawSettings {
-    seed: u64,
-    temperature: f32,
-    top_p: f32,
-    max_tokens: usize,
-    weights: WeightFormat,
-}
-
-impl From<&SelfInstructSettings> for DrawSettings {
-    fn from(settings: &SelfInstructSettings) -> Self {
-        DrawSettings {
-            seed: settings.seed,
-            temperature: settings.temperature,
-            top_p: settings.top_p,
-            max_tokens: settings.max_tokens,
-            weights: settings.weights,
-        }
-    }
 }
 
 /// Whether `text` touches a topic of the evaluation prompts: the built-in ones or those of a
@@ -161,7 +147,7 @@ pub fn self_instructed_prompts(
     settings: &SelfInstructSettings,
     max_num_seqs: usize,
 ) -> Result<Vec<TrainingPrompt>> {
-    if settings.first >= settings.count || max_num_seqs == 0 || settings.max_tokens == 0 {
+    if settings.first >= settings.count || max_num_seqs == 0 || settings.draw.max_tokens == 0 {
         bail!(
             "self-instructed prompts need a count above the first one used ({} is not above {}), \
              a positive batch and token limit",
@@ -169,7 +155,7 @@ pub fn self_instructed_prompts(
             settings.first
         );
     }
-    crate::manifest::check_or_write(dir, MANIFEST, &DrawSettings::from(settings))?;
+    crate::manifest::check_or_write(dir, MANIFEST, &settings.draw)?;
     let path = dir.join(PROMPTS_FILE);
     let mut drawn: DrawnPrompts = match std::fs::read_to_string(&path) {
         Ok(text) => {
@@ -201,7 +187,7 @@ fn draw_prompts(
 ) -> Result<()> {
     let mut llm = Llm::new(EngineConfig {
         max_num_seqs,
-        weights: settings.weights,
+        weights: settings.draw.weights,
         ..EngineConfig::new(model_dir)
     })?;
     let prefix = query_prefix(llm.tokenizer())?;
@@ -217,10 +203,10 @@ fn draw_prompts(
         let round = drawn.rounds;
         let params: Vec<SamplingParams> = (0..max_num_seqs)
             .map(|draw| SamplingParams {
-                temperature: settings.temperature,
-                top_p: settings.top_p,
-                max_tokens: settings.max_tokens,
-                seed: Some(answer_seed(settings.seed, round, draw)),
+                temperature: settings.draw.temperature,
+                top_p: settings.draw.top_p,
+                max_tokens: settings.draw.max_tokens,
+                seed: Some(answer_seed(settings.draw.seed, round, draw)),
                 ..SamplingParams::default()
             })
             .collect();
@@ -388,28 +374,50 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_longer_set_shares_the_draw_settings_of_a_shorter_one() {
-        let short = SelfInstructSettings {
-            count: 3072,
-            first: 0,
-            seed: 0,
+    fn draw_settings(seed: u64) -> DrawSettings {
+        DrawSettings {
+            seed,
             temperature: 1.0,
             top_p: 0.95,
             max_tokens: MAX_REQUEST_TOKENS,
             weights: WeightFormat::Q8_0,
+        }
+    }
+
+    #[test]
+    fn a_longer_set_extends_a_shorter_one_drawn_alike() {
+        let dir = tempfile::tempdir().unwrap();
+        let short = SelfInstructSettings {
+            count: 3072,
+            first: 0,
+            draw: draw_settings(0),
         };
         let longer = SelfInstructSettings {
             count: 6144,
             first: 3072,
             ..short.clone()
         };
-        let reseeded = SelfInstructSettings {
-            seed: 1,
-            ..short.clone()
-        };
-        assert_eq!(DrawSettings::from(&short), DrawSettings::from(&longer));
-        assert_ne!(DrawSettings::from(&short), DrawSettings::from(&reseeded));
+        crate::manifest::check_or_write(dir.path(), MANIFEST, &short.draw).unwrap();
+        crate::manifest::check_or_write(dir.path(), MANIFEST, &longer.draw).unwrap();
+        let reseeded = draw_settings(1);
+        let err = crate::manifest::check_or_write(dir.path(), MANIFEST, &reseeded).unwrap_err();
+        assert!(err.to_string().contains("other settings"), "{err}");
+    }
+
+    #[test]
+    fn settings_stored_flat_and_without_a_first_request_still_read() {
+        // A data set's manifest stores the draw settings beside the count, and manifests written
+        // before `first` existed lack it; a drawn set's manifest once held the count too.
+        let stored = r#"{"count": 3072, "seed": 0, "temperature": 1.0, "top_p": 0.95,
+            "max_tokens": 96, "weights": "q8_0"}"#;
+        let settings: SelfInstructSettings = serde_json::from_str(stored).unwrap();
+        assert_eq!((settings.count, settings.first), (3072, 0));
+        assert_eq!(settings.draw, draw_settings(0));
+        let draw: DrawSettings = serde_json::from_str(stored).unwrap();
+        assert_eq!(draw, draw_settings(0));
+        let written = serde_json::to_value(&settings).unwrap();
+        assert_eq!(written["seed"], 0, "{written}");
+        assert_eq!(written["first"], 0, "{written}");
     }
 
     #[test]

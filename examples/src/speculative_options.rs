@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
 use aquila_engine::{
-    DraftLength, DraftTreeConfig, EagleDrafter, NgramDrafter, SpeculativeConfig, SpeculativeMethod,
-    WeightFormat,
+    DraftLength, DraftPick, DraftTreeConfig, EagleDrafter, NgramDrafter, SpeculativeConfig,
+    SpeculativeMethod, WeightFormat,
 };
 use clap::{Args, ValueEnum};
 
@@ -52,6 +52,20 @@ pub struct SpeculativeOptions {
     /// as a branch; `off` drafts with the head only.
     #[arg(long, value_enum, default_value_t = LookupAssistArg::Auto)]
     pub lookup_assist: LookupAssistArg,
+    /// EAGLE chain drafts of requests that sample: `sample` them from the head at the
+    /// request's temperature (verified with `min(1, p/q)`), or take the head's `argmax`.
+    /// Greedy requests and EAGLE-2 trees always take the head's likeliest tokens.
+    #[arg(long, value_enum, default_value_t = DraftPickArg::Sample)]
+    pub draft_pick: DraftPickArg,
+}
+
+/// How EAGLE chains are drafted for requests that sample (see [`DraftPick`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DraftPickArg {
+    /// Sampled from the head's softmax at the request's temperature.
+    Sample,
+    /// The head's most likely token.
+    Argmax,
 }
 
 /// Whether a prompt lookup assists an EAGLE head's chains and trees.
@@ -159,6 +173,10 @@ impl SpeculativeOptions {
             lookup: match self.lookup_assist {
                 LookupAssistArg::Off => None,
                 LookupAssistArg::Auto | LookupAssistArg::On => Some(NgramDrafter::assisting()),
+            },
+            draft_pick: match self.draft_pick {
+                DraftPickArg::Sample => DraftPick::Sample,
+                DraftPickArg::Argmax => DraftPick::Argmax,
             },
             ..EagleDrafter::new(draft_model)
         }

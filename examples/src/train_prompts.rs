@@ -85,6 +85,23 @@ pub fn generate_training_prompts(
     Ok(round_robin(pools, count))
 }
 
+/// Whether the prompt at `index` is held out when every `every`-th one is (counted from the
+/// first; `every = 0` holds none out): its greedy answer validates a head and no other answer
+/// to it is trained on.
+pub fn is_held_out(index: usize, every: usize) -> bool {
+    every > 0 && index.is_multiple_of(every)
+}
+
+/// The prompts that [`is_held_out`] holds out, in order.
+pub fn held_out_prompts(prompts: &[TrainingPrompt], every: usize) -> Vec<&TrainingPrompt> {
+    prompts
+        .iter()
+        .enumerate()
+        .filter(|(index, _)| is_held_out(*index, every))
+        .map(|(_, prompt)| prompt)
+        .collect()
+}
+
 /// How many distinct prompts the generator can produce (the same for every seed; at least 2000).
 pub fn max_distinct_prompts() -> usize {
     distinct_total(&category_pools(0))
@@ -393,6 +410,15 @@ fn percentage(rng: &mut ChaCha8Rng) -> String {
 mod tests {
     use super::*;
     use crate::prompts::BUILTIN_CHAT_PROMPTS;
+
+    #[test]
+    fn every_nth_prompt_from_the_first_is_held_out() {
+        let prompts = generate_training_prompts(45, 0).unwrap();
+        let held_out = held_out_prompts(&prompts, 20);
+        assert_eq!(held_out, vec![&prompts[0], &prompts[20], &prompts[40]]);
+        assert!(held_out_prompts(&prompts, 0).is_empty());
+        assert!(!is_held_out(19, 20) && is_held_out(0, 1));
+    }
 
     /// The oracle prompts of the evaluation, besides [`BUILTIN_CHAT_PROMPTS`].
     const ORACLE_PROMPTS: &[&str] = &[

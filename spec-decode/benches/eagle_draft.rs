@@ -58,6 +58,7 @@ impl Requests {
                 feature_rows: &self.rows[i],
                 max_draft_tokens: K,
                 stop: None,
+                temperature: 0.0,
             });
         }
         requests

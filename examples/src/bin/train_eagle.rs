@@ -24,8 +24,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{Context, Result};
-use aquila_engine::{Device, WeightFormat};
+use anyhow::{bail, Context, Result};
+use aquila_engine::{ChatMessage, Device, WeightFormat};
 use aquila_examples::corpus::{
     build_corpus_data, chat_samples, source_named, split_by_document, CorpusSettings,
 };
@@ -35,10 +35,11 @@ use aquila_examples::distill::{
 };
 use aquila_examples::heads::{shipped_eagle3_head_dir, shipped_head_dir};
 use aquila_examples::paths::{default_model_dir, workspace_root};
+use aquila_examples::prompts::chat_prompt_line;
 use aquila_examples::self_instruct::{
-    self_instructed_prompts, SelfInstructSettings, MAX_REQUEST_TOKENS,
+    self_instructed_prompts, DrawSettings, SelfInstructSettings, MAX_REQUEST_TOKENS,
 };
-use aquila_examples::train_prompts::{generate_training_prompts, TrainingPrompt};
+use aquila_examples::train_prompts::{generate_training_prompts, held_out_prompts, TrainingPrompt};
 use aquila_examples::training::{
     build_head, draft_vocab_coverage, load_head, write_training_record, HeadMethod, OutputInit,
     ProgressObserver, TrainingRecord,
@@ -173,6 +174,11 @@ struct Args {
     /// exit without recording or training.
     #[arg(long)]
     corpus_preview: Option<usize>,
+    /// Write the built-in training prompts whose greedy answers are held out for validation
+    /// (every 20th of `--prompts` drawn with `--seed`) to this prompts file, for `eagle
+    /// --prompts-file`, and exit without recording or training.
+    #[arg(long)]
+    write_held_out_prompts: Option<PathBuf>,
     /// Most response tokens of a corpus sample.
     #[arg(long, default_value_t = 384)]
     corpus_max_response: usize,
@@ -219,6 +225,7 @@ struct Args {
 fn main() -> Result<()> {
     aquila_examples::init_tracing();
     let args = Args::parse();
+    check_ranges(&args)?;
     let device = args.device.unwrap_or_else(default_device);
     check_device(device)?;
     println!("device: {device}, f32");
@@ -238,6 +245,9 @@ fn main() -> Result<()> {
     let tap = method.feature_tap(&target_config);
     if let Some(count) = args.corpus_preview {
         return preview_corpus(&args, &work_dir.join("corpus-packages"), count);
+    }
+    if let Some(path) = &args.write_held_out_prompts {
+        return write_held_out_prompts(&args, path);
     }
     let settings = DistillSettings {
         prompt_set: PromptSet::BuiltIn,
@@ -305,11 +315,13 @@ fn main() -> Result<()> {
         let drawing = SelfInstructSettings {
             count: args.self_instruct,
             first: args.first_self_instructed,
-            seed: args.seed,
-            temperature: args.self_instruct_temperature,
-            top_p: args.self_instruct_top_p,
-            max_tokens: MAX_REQUEST_TOKENS,
-            weights: args.response_weights,
+            draw: DrawSettings {
+                seed: args.seed,
+                temperature: args.self_instruct_temperature,
+                top_p: args.self_instruct_top_p,
+                max_tokens: MAX_REQUEST_TOKENS,
+                weights: args.response_weights,
+            },
         };
         let requests = self_instructed_prompts(
             &target_dir,
@@ -448,6 +460,41 @@ fn print_vocab_coverage(data: &DistillData, config: &TrainConfig, vocab_size: us
         "draft vocabulary coverage of held-out greedy tokens: {}",
         line.join(", ")
     );
+}
+
+/// Refuses a first sampled answer or self-instructed request without answers or requests to
+/// start it from.
+fn check_ranges(args: &Args) -> Result<()> {
+    if args.first_sampled_answer > 0 && args.sampled_answers == 0 {
+        bail!("--first-sampled-answer needs --sampled-answers: how many answers to sample from it");
+    }
+    if args.first_self_instructed > 0 && args.self_instruct == 0 {
+        bail!(
+            "--first-self-instructed needs --self-instruct above it: the count of requests whose \
+             last ones are answered"
+        );
+    }
+    Ok(())
+}
+
+/// Writes the prompts of the greedy answers the trainer holds out to `path` (see
+/// `--write-held-out-prompts`).
+fn write_held_out_prompts(args: &Args, path: &Path) -> Result<()> {
+    let prompts = generate_training_prompts(args.prompts, args.seed)?;
+    let held_out = held_out_prompts(&prompts, training_config(args).val_every);
+    let lines: Vec<String> = held_out
+        .iter()
+        .map(|prompt| chat_prompt_line(&[ChatMessage::new("user", prompt.text.as_str())]))
+        .collect();
+    std::fs::write(path, lines.join("\n") + "\n")
+        .with_context(|| format!("writing {}", path.display()))?;
+    println!(
+        "{} held-out prompts of {} written to {}",
+        held_out.len(),
+        prompts.len(),
+        path.display()
+    );
+    Ok(())
 }
 
 /// Prints `count` random training samples of the corpus sources and how many each gives.

@@ -3,7 +3,9 @@
 //! its draws kept for a resumed run, and a damaged set is an error naming its file.
 
 use aquila_engine::WeightFormat;
-use aquila_examples::self_instruct::{query_prefix, self_instructed_prompts, SelfInstructSettings};
+use aquila_examples::self_instruct::{
+    query_prefix, self_instructed_prompts, DrawSettings, SelfInstructSettings,
+};
 use aquila_model_loader::tokenizer::{ChatMessage, Tokenizer};
 
 use crate::tiny::tiny_model;
@@ -30,11 +32,13 @@ fn a_model_that_writes_no_requests_is_refused_after_bounded_draws() {
     let settings = SelfInstructSettings {
         count: 2,
         first: 0,
-        seed: 0,
-        temperature: 1.0,
-        top_p: 1.0,
-        max_tokens: 4,
-        weights: WeightFormat::F32,
+        draw: DrawSettings {
+            seed: 0,
+            temperature: 1.0,
+            top_p: 1.0,
+            max_tokens: 4,
+            weights: WeightFormat::F32,
+        },
     };
     // The tiny model's random weights write no finished plain-text request.
     let err = self_instructed_prompts(model.path(), work.path(), &settings, 4).unwrap_err();
@@ -51,7 +55,10 @@ fn a_model_that_writes_no_requests_is_refused_after_bounded_draws() {
     assert!(format!("{err:#}").contains("prompts.json"), "{err:#}");
     // Other draw settings in the same directory are refused.
     let other = SelfInstructSettings {
-        seed: 1,
+        draw: DrawSettings {
+            seed: 1,
+            ..settings.draw.clone()
+        },
         ..settings.clone()
     };
     let err = self_instructed_prompts(model.path(), work.path(), &other, 4).unwrap_err();

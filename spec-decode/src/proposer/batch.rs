@@ -32,6 +32,11 @@ pub struct ProposeRequest<'a> {
     /// `max_draft_tokens` (`None`: it drafts them all). Proposers without confidences ignore
     /// it.
     pub stop: Option<ChainStop<'a>>,
+    /// The temperature the request's tokens are sampled at (0: greedy). A proposer that can
+    /// sample its drafts may match it (see
+    /// [`DraftSampling::FollowRequests`](super::DraftSampling::FollowRequests)); the others
+    /// ignore it.
+    pub temperature: f32,
 }
 
 impl<'a> ProposeRequest<'a> {
@@ -136,6 +141,7 @@ mod tests {
             feature_rows,
             max_draft_tokens: 2,
             stop: None,
+            temperature: 0.0,
         }
     }
 

@@ -209,6 +209,7 @@ mod tests {
             feature_rows: &[],
             max_draft_tokens,
             stop: None,
+            temperature: 0.0,
         }
     }
 

@@ -92,6 +92,7 @@ mod tests {
                 feature_rows: &[],
                 max_draft_tokens: 3,
                 stop: None,
+                temperature: 0.0,
             },
             ProposeRequest {
                 request_id: 2,
@@ -100,6 +101,7 @@ mod tests {
                 feature_rows: &[],
                 max_draft_tokens: 1,
                 stop: None,
+                temperature: 0.0,
             },
             ProposeRequest {
                 request_id: 3,
@@ -108,6 +110,7 @@ mod tests {
                 feature_rows: &[],
                 max_draft_tokens: 0,
                 stop: None,
+                temperature: 0.0,
             },
         ];
         let drafts =
@@ -138,6 +141,7 @@ mod tests {
                     keep_above: &[keep_above],
                     extend_above: &[extend_above],
                 }),
+                temperature: 0.0,
             }];
             let drafts =
                 Proposer::<()>::draft(&mut ngram, &ProposeBatch::without_features(&requests));
@@ -160,6 +164,7 @@ mod tests {
             feature_rows: &[],
             max_draft_tokens: 3,
             stop: None,
+            temperature: 0.0,
         }];
         let err = Proposer::<()>::draft(&mut ngram, &ProposeBatch::without_features(&requests))
             .unwrap_err();

@@ -209,6 +209,7 @@ mod tests {
             feature_rows: &[],
             max_draft_tokens,
             stop: None,
+            temperature: 0.0,
         }];
         let drafts =
             Proposer::<()>::draft(proposer, &ProposeBatch::without_features(&requests)).unwrap();
@@ -244,6 +245,7 @@ mod tests {
             feature_rows: &[],
             max_draft_tokens: 8,
             stop: None,
+            temperature: 0.0,
         }];
         let drafts =
             Proposer::<()>::draft(&mut replay, &ProposeBatch::without_features(&requests)).unwrap();

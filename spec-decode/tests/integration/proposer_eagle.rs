@@ -69,6 +69,7 @@ pub(crate) fn request<'a>(
         feature_rows: rows,
         max_draft_tokens: max,
         stop: None,
+        temperature: 0.0,
     }
 }
 
@@ -841,6 +842,56 @@ fn greedy_speculative_decoding_with_eagle_drafts_reproduces_greedy_decoding() {
         );
         assert_eq!(drafter.cached_rows(0), Some(decoded.tokens.len() - 1));
     }
+}
+
+#[test]
+fn drafts_follow_each_requests_own_sampling_in_one_batch() {
+    let fixture = Fixture::new(4);
+    let tap = FeatureTap::AuxLayers(vec![0, 1, 3]);
+    let prompts: [&[u32]; 2] = [&PROMPT, &[300, 2, 44, 45, 46, 47, 48, 49, 50, 11]];
+    let sequences: Vec<Vec<u32>> = prompts.iter().map(|p| with_root(p, ROOT)).collect();
+    let per_request: Vec<Tensor<B, 2>> =
+        prompts.iter().map(|p| fixture.features(p, &tap)).collect();
+    // Request 0 is greedy, request 1 samples at 1.0: alone, each drafts as a proposer that
+    // drafts every request that way.
+    let alone = [EagleProposerConfig::greedy(3), sampled(3)]
+        .into_iter()
+        .enumerate()
+        .map(|(i, config)| {
+            let mut drafter = proposer(&fixture, eagle3(&fixture, 100), config);
+            draft_one(&mut drafter, &per_request[i], i as u64, &sequences[i], 0, 3).unwrap()
+        })
+        .collect::<Vec<_>>();
+    let lengths: Vec<usize> = prompts.iter().map(|p| p.len()).collect();
+    let (features, rows) = reversed_batch(&per_request, &lengths);
+    let requests: Vec<ProposeRequest<'_>> = (0..2)
+        .map(|i| ProposeRequest {
+            temperature: i as f32,
+            ..request(i as u64, &sequences[i], 0, &rows[i], 3)
+        })
+        .collect();
+    let following = EagleProposerConfig {
+        sampling: DraftSampling::FollowRequests { seed: 11 },
+        ..EagleProposerConfig::greedy(3)
+    };
+    let mut drafter = proposer(&fixture, eagle3(&fixture, 100), following);
+    let batch = ProposeBatch {
+        features: Some(&features),
+        requests: &requests,
+    };
+    let drafts = drafter.draft(&batch).unwrap();
+    let greedy = drafts[0].as_chain().unwrap();
+    assert_eq!(greedy.tokens, alone[0].tokens);
+    assert!(
+        greedy.probs.is_none(),
+        "a greedy request's drafts are one-hot"
+    );
+    let sampling = drafts[1].as_chain().unwrap();
+    assert_eq!(sampling.tokens, alone[1].tokens);
+    let (Some(q), Some(alone_q)) = (&sampling.probs, &alone[1].probs) else {
+        panic!("a sampling request's drafts carry their q rows");
+    };
+    assert!(max_abs_diff(q, alone_q) < 1e-5);
 }
 
 #[test]

@@ -17,6 +17,16 @@ pub enum DraftSampling {
         /// Seed from which each request's draft stream is derived.
         seed: u64,
     },
+    /// As the request samples: the argmax for a greedy request, and for a request that
+    /// samples ([`ProposeRequest::temperature`](super::super::ProposeRequest::temperature)
+    /// above 0) a draft sampled from the head's softmax at the request's own temperature, from
+    /// a per-request stream derived from `seed`. A sampled draft is accepted with probability
+    /// `sum_x min(p(x), q(x))` against the argmax's `p(argmax q)`, which is higher wherever
+    /// the target spreads its probability over tokens that the head also gives weight to.
+    FollowRequests {
+        /// Seed from which each request's draft stream is derived.
+        seed: u64,
+    },
 }
 
 /// Shape of an EAGLE-2 dynamic draft tree.
@@ -110,11 +120,14 @@ impl EagleProposerConfig {
             return Ok(());
         };
         tree.validate()?;
-        if let DraftSampling::Sampled { temperature, .. } = self.sampling {
+        if self.sampling != DraftSampling::Greedy {
             return Err(SamplingError {
                 name: "sampling",
                 expected: "DraftSampling::Greedy when tree is set (trees take the top-k children)",
-                value: temperature,
+                value: match self.sampling {
+                    DraftSampling::Sampled { temperature, .. } => temperature,
+                    _ => f32::NAN,
+                },
             });
         }
         if self.num_speculative_tokens != tree.num_nodes {
@@ -140,12 +153,24 @@ impl DraftSampling {
     pub(crate) fn stream_for(&self, request_id: u64) -> Option<RequestRng> {
         match *self {
             DraftSampling::Greedy => None,
-            DraftSampling::Sampled { seed, .. } => {
+            DraftSampling::Sampled { seed, .. } | DraftSampling::FollowRequests { seed } => {
                 // SplitMix64 finalizer: distinct, well-mixed seeds for neighbouring ids.
                 let mut z = seed ^ request_id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
                 z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
                 z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
                 Some(RequestRng::new(z ^ (z >> 31)))
+            }
+        }
+    }
+
+    /// The temperature the drafts of a request sampled at `request_temperature` (0: greedy)
+    /// are sampled at, or `None` where they are the head's argmax.
+    pub(crate) fn temperature_for(&self, request_temperature: f32) -> Option<f32> {
+        match *self {
+            DraftSampling::Greedy => None,
+            DraftSampling::Sampled { temperature, .. } => Some(temperature),
+            DraftSampling::FollowRequests { .. } => {
+                (request_temperature > 0.0).then_some(request_temperature)
             }
         }
     }
@@ -247,6 +272,34 @@ mod tests {
         assert_eq!(draw(1), draw(1));
         assert_ne!(draw(1), draw(2));
         assert!(DraftSampling::Greedy.stream_for(1).is_none());
+        let following = DraftSampling::FollowRequests { seed: 7 };
+        assert_eq!(following.stream_for(1).unwrap().next_u64(), draw(1));
+    }
+
+    #[test]
+    fn drafts_follow_the_request_only_where_asked() {
+        let following = DraftSampling::FollowRequests { seed: 0 };
+        assert_eq!(
+            following.temperature_for(0.0),
+            None,
+            "greedy requests draft the argmax"
+        );
+        assert_eq!(following.temperature_for(0.7), Some(0.7));
+        let fixed = DraftSampling::Sampled {
+            temperature: 1.5,
+            seed: 0,
+        };
+        assert_eq!(fixed.temperature_for(0.0), Some(1.5));
+        assert_eq!(DraftSampling::Greedy.temperature_for(1.0), None);
+        let tree = EagleProposerConfig {
+            sampling: following,
+            ..EagleProposerConfig::tree(EagleTreeConfig {
+                depth: 2,
+                top_k: 2,
+                num_nodes: 3,
+            })
+        };
+        assert_eq!(tree.validate().unwrap_err().name, "sampling");
     }
 
     #[test]

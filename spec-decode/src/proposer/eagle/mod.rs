@@ -342,8 +342,8 @@ impl<B: KernelBackend> EagleProposer<B> {
     }
 
     /// The draft token (target id) of every active request from its logits row, with the
-    /// head's probability of it and the distribution it was sampled from (sampled drafting
-    /// only).
+    /// head's probability of it and, where the request's drafts are sampled (see
+    /// [`DraftSampling::temperature_for`]), the distribution it was sampled from.
     fn pick(
         &mut self,
         logits: Tensor<B, 2>,
@@ -351,43 +351,53 @@ impl<B: KernelBackend> EagleProposer<B> {
         requests: &[ProposeRequest<'_>],
     ) -> Vec<Pick> {
         let map = self.head.vocab_map();
-        match self.config.sampling {
-            DraftSampling::Greedy => {
-                let confidences = pick::top_probabilities(logits.clone());
-                pick::argmax_rows(logits)
-                    .into_iter()
-                    .zip(confidences)
-                    .map(|(id, confidence)| Pick {
+        let temperatures: Vec<Option<f32>> = active
+            .iter()
+            .map(|&i| {
+                self.config
+                    .sampling
+                    .temperature_for(requests[i].temperature)
+            })
+            .collect();
+        if temperatures.iter().all(Option::is_none) {
+            let confidences = pick::top_probabilities(logits.clone());
+            return pick::argmax_rows(logits)
+                .into_iter()
+                .zip(confidences)
+                .map(|(id, confidence)| Pick {
+                    token: map.to_target(id),
+                    confidence,
+                    probs: None,
+                })
+                .collect();
+        }
+        let rows = pick::float_rows(logits);
+        active
+            .iter()
+            .zip(rows)
+            .zip(temperatures)
+            .map(|((&i, row), temperature)| {
+                let Some(temperature) = temperature else {
+                    let (id, confidence) = pick::argmax_row(&row);
+                    return Pick {
                         token: map.to_target(id),
                         confidence,
                         probs: None,
-                    })
-                    .collect()
-            }
-            DraftSampling::Sampled { temperature, .. } => {
-                let rows = pick::float_rows(logits);
-                active
-                    .iter()
-                    .zip(rows)
-                    .map(|(&i, row)| {
-                        let state = self
-                            .slots
-                            .get_mut(requests[i].request_id)
-                            .expect("drafting requests hold a slot");
-                        let rng = state
-                            .rng
-                            .as_mut()
-                            .expect("sampled drafting gives every request a stream");
-                        let (id, probs) = DraftSampling::sample_row(temperature, &row, rng);
-                        Pick {
-                            token: map.to_target(id),
-                            confidence: probs[id as usize],
-                            probs: Some(map.scatter_row(&probs, 0.0)),
-                        }
-                    })
-                    .collect()
-            }
-        }
+                    };
+                };
+                let rng = self
+                    .slots
+                    .get_mut(requests[i].request_id)
+                    .and_then(|state| state.rng.as_mut())
+                    .expect("sampled drafting gives every request a stream");
+                let (id, probs) = DraftSampling::sample_row(temperature, &row, rng);
+                Pick {
+                    token: map.to_target(id),
+                    confidence: probs[id as usize],
+                    probs: Some(map.scatter_row(&probs, 0.0)),
+                }
+            })
+            .collect()
     }
 
     /// Cuts every request's cache back to the rows it held before this call and forgets the

@@ -28,6 +28,15 @@ pub(super) fn top_probabilities<B: Backend>(logits: Tensor<B, 2>) -> Vec<f32> {
         .collect()
 }
 
+/// The argmax column of one row read back to the host (ties: the lower column, as on the
+/// device) and its softmax probability.
+pub(super) fn argmax_row(row: &[f32]) -> (u32, f32) {
+    match top_logprobs(row, 1).first() {
+        Some(&(id, logprob)) => (id, logprob.exp()),
+        None => (0, 0.0),
+    }
+}
+
 /// The rows of `logits` (`[rows, vocab]`) as `f32` vectors.
 pub(super) fn float_rows<B: Backend>(logits: Tensor<B, 2>) -> Vec<Vec<f32>> {
     let [_, vocab] = logits.dims();
@@ -73,6 +82,9 @@ mod tests {
         assert!((top[0][0].1 - (3.0 - lse)).abs() < 1e-5);
         assert!((top[0][1].1 - (2.0 - lse)).abs() < 1e-5);
         assert_eq!(argmax_rows(logits.clone()), vec![1, 1]);
+        let (id, probability) = argmax_row(&float_rows(logits.clone())[0]);
+        assert_eq!(id, 1);
+        assert!((probability - (3.0 - lse).exp()).abs() < 1e-6);
         let top = top_probabilities(logits.clone());
         assert!((top[0] - (3.0 - lse).exp()).abs() < 1e-6);
         let second = 1.0 / (1.0 + (-0.5f32).exp() + (-6.5f32).exp() + (-5.5f32).exp());
