@@ -156,7 +156,6 @@ impl<B: KernelBackend> Engine<B> {
                         target_weights: config.weights,
                     },
                     config.max_num_seqs,
-                    config.seed,
                 )?;
                 let policy = DraftPolicy::new(
                     speculative.draft_length,
@@ -747,6 +746,7 @@ impl<B: KernelBackend> Speculation<B> {
                     max_draft_tokens,
                     stop: stop.filter(|_| gated),
                     temperature: entry.request.sampling.params.temperature,
+                    seed: entry.request.sampling.seed,
                 }
             })
             .collect();

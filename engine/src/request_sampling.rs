@@ -14,6 +14,9 @@ pub(crate) struct RequestSampling {
     pub config: SamplingConfig,
     /// The request's own random stream.
     pub rng: RequestRng,
+    /// The seed of that stream (the request's own, or the one the engine derived for it); a
+    /// drafter that samples the request's drafts derives its stream from it.
+    pub seed: u64,
 }
 
 impl RequestSampling {
@@ -22,6 +25,7 @@ impl RequestSampling {
         Self {
             config: sampling_config(&params),
             rng: RequestRng::new(seed),
+            seed,
             params,
         }
     }

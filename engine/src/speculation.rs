@@ -77,15 +77,13 @@ pub(crate) struct DraftPlacement<'a, B: Backend> {
 impl<B: KernelBackend> Drafter<B> {
     /// Builds the drafter `config` describes for `target` where `placement` says, with draft
     /// state for `max_num_seqs` concurrent requests; `custom` is the proposer of
-    /// [`SpeculativeMethod::Custom`]. Sampled drafts draw from per-request streams derived
-    /// from `seed`.
+    /// [`SpeculativeMethod::Custom`].
     pub fn from_config(
         config: &SpeculativeConfig,
         custom: Option<FeaturelessProposer>,
         target: &LlamaModel<B>,
         placement: DraftPlacement<'_, B>,
         max_num_seqs: usize,
-        seed: u64,
     ) -> Result<Self, EngineError> {
         let device = placement.device;
         let k = config.num_speculative_tokens;
@@ -150,7 +148,7 @@ impl<B: KernelBackend> Drafter<B> {
                     }),
                     None => EagleProposerConfig {
                         sampling: match eagle.draft_pick {
-                            DraftPick::Sample => DraftSampling::FollowRequests { seed },
+                            DraftPick::Sample => DraftSampling::FollowRequests,
                             DraftPick::Argmax => DraftSampling::Greedy,
                         },
                         ..EagleProposerConfig::greedy(k)
@@ -316,6 +314,7 @@ mod tests {
             max_draft_tokens: 8,
             stop: None,
             temperature: 0.0,
+            seed: 0,
         }
     }
 

@@ -59,6 +59,7 @@ impl Requests {
                 max_draft_tokens: K,
                 stop: None,
                 temperature: 0.0,
+                seed: 0,
             });
         }
         requests

@@ -3,10 +3,14 @@
 
 use crate::common;
 
-use aquila_engine::{Prompt, SamplingParams};
+use aquila_engine::{
+    DraftLength, DraftPick, EagleDrafter, Prompt, SamplingParams, SpeculativeConfig,
+    SpeculativeMethod,
+};
 use aquila_model_loader::model::{FeatureTap, ForwardBatch, LlamaModel, SequenceInput};
 use burn::backend::flex::FlexDevice;
 use burn::backend::Flex;
+use common::spec::eagle3_head;
 use common::{llm, llm_with, tiny_model, token_ids, PROMPTS};
 
 fn seeded(seed: u64) -> SamplingParams {
@@ -48,6 +52,47 @@ fn seeded_sampling_is_reproducible_across_runs_and_batch_compositions() {
     assert_ne!(
         token_ids(&other_seed),
         token_ids(&alone),
+        "seeds give different streams"
+    );
+}
+
+#[test]
+fn seeded_sampling_with_sampled_eagle_drafts_is_reproducible_across_runs() {
+    let model = tiny_model();
+    let head = eagle3_head(model.path());
+    let run = |seed| {
+        let drafter = EagleDrafter {
+            lookup: None,
+            draft_pick: DraftPick::Sample,
+            ..EagleDrafter::new(head.path())
+        };
+        let speculative = SpeculativeConfig {
+            draft_length: DraftLength::Fixed,
+            ..SpeculativeConfig::new(SpeculativeMethod::Eagle3(drafter), 2)
+        };
+        // Hot enough that the random head's drafts are accepted now and then, so that which
+        // draft is drawn shows in the tokens.
+        let params = SamplingParams {
+            temperature: 4.0,
+            ..seeded(seed)
+        };
+        llm_with(model.path(), |c| c.speculative = Some(speculative))
+            .generate(PROMPTS[0], &params)
+            .unwrap()
+            .remove(0)
+    };
+    let first = run(7);
+    let metrics = &first.metrics;
+    assert!(
+        metrics.num_accepted_tokens > 0 && metrics.num_accepted_tokens < metrics.num_draft_tokens,
+        "accepted {} of {} drafts",
+        metrics.num_accepted_tokens,
+        metrics.num_draft_tokens
+    );
+    assert_eq!(run(7).token_ids, first.token_ids);
+    assert_ne!(
+        run(8).token_ids,
+        first.token_ids,
         "seeds give different streams"
     );
 }

@@ -37,6 +37,10 @@ pub struct ProposeRequest<'a> {
     /// [`DraftSampling::FollowRequests`](super::DraftSampling::FollowRequests)); the others
     /// ignore it.
     pub temperature: f32,
+    /// The request's sampling seed; a proposer that samples this request's drafts at its
+    /// temperature derives its stream for the request from it, so that a seeded request drafts
+    /// alike whatever else runs beside it.
+    pub seed: u64,
 }
 
 impl<'a> ProposeRequest<'a> {
@@ -142,6 +146,7 @@ mod tests {
             max_draft_tokens: 2,
             stop: None,
             temperature: 0.0,
+            seed: 0,
         }
     }
 

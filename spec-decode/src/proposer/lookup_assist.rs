@@ -210,6 +210,7 @@ mod tests {
             max_draft_tokens,
             stop: None,
             temperature: 0.0,
+            seed: 0,
         }
     }
 

@@ -30,6 +30,7 @@
 //!     max_draft_tokens: 2,
 //!     stop: None,
 //!     temperature: 0.0,
+//!     seed: 0,
 //! }];
 //! let drafts = Proposer::<()>::draft(&mut proposer, &ProposeBatch::without_features(&requests))?;
 //! assert_eq!(drafts[0].as_chain().unwrap().tokens, vec![7, 5]);

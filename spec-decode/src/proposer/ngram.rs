@@ -93,6 +93,7 @@ mod tests {
                 max_draft_tokens: 3,
                 stop: None,
                 temperature: 0.0,
+                seed: 0,
             },
             ProposeRequest {
                 request_id: 2,
@@ -102,6 +103,7 @@ mod tests {
                 max_draft_tokens: 1,
                 stop: None,
                 temperature: 0.0,
+                seed: 0,
             },
             ProposeRequest {
                 request_id: 3,
@@ -111,6 +113,7 @@ mod tests {
                 max_draft_tokens: 0,
                 stop: None,
                 temperature: 0.0,
+                seed: 0,
             },
         ];
         let drafts =
@@ -142,6 +145,7 @@ mod tests {
                     extend_above: &[extend_above],
                 }),
                 temperature: 0.0,
+                seed: 0,
             }];
             let drafts =
                 Proposer::<()>::draft(&mut ngram, &ProposeBatch::without_features(&requests));
@@ -165,6 +169,7 @@ mod tests {
             max_draft_tokens: 3,
             stop: None,
             temperature: 0.0,
+            seed: 0,
         }];
         let err = Proposer::<()>::draft(&mut ngram, &ProposeBatch::without_features(&requests))
             .unwrap_err();

@@ -210,6 +210,7 @@ mod tests {
             max_draft_tokens,
             stop: None,
             temperature: 0.0,
+            seed: 0,
         }];
         let drafts =
             Proposer::<()>::draft(proposer, &ProposeBatch::without_features(&requests)).unwrap();
@@ -246,6 +247,7 @@ mod tests {
             max_draft_tokens: 8,
             stop: None,
             temperature: 0.0,
+            seed: 0,
         }];
         let drafts =
             Proposer::<()>::draft(&mut replay, &ProposeBatch::without_features(&requests)).unwrap();

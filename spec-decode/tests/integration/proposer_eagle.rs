@@ -70,6 +70,7 @@ pub(crate) fn request<'a>(
         max_draft_tokens: max,
         stop: None,
         temperature: 0.0,
+        seed: 0,
     }
 }
 
@@ -852,9 +853,10 @@ fn drafts_follow_each_requests_own_sampling_in_one_batch() {
     let sequences: Vec<Vec<u32>> = prompts.iter().map(|p| with_root(p, ROOT)).collect();
     let per_request: Vec<Tensor<B, 2>> =
         prompts.iter().map(|p| fixture.features(p, &tap)).collect();
-    // Request 0 is greedy, request 1 samples at 1.0: alone, each drafts as a proposer that
-    // drafts every request that way.
-    let alone = [EagleProposerConfig::greedy(3), sampled(3)]
+    // Request 0 samples at 1.0 with seed 11, request 1 is greedy: alone, each drafts as a
+    // proposer that drafts every request that way (request 0's stream, from seed 11 alone, is
+    // the one a proposer sampling with seed 11 draws for request id 0).
+    let alone = [sampled(3), EagleProposerConfig::greedy(3)]
         .into_iter()
         .enumerate()
         .map(|(i, config)| {
@@ -866,12 +868,13 @@ fn drafts_follow_each_requests_own_sampling_in_one_batch() {
     let (features, rows) = reversed_batch(&per_request, &lengths);
     let requests: Vec<ProposeRequest<'_>> = (0..2)
         .map(|i| ProposeRequest {
-            temperature: i as f32,
+            temperature: if i == 0 { 1.0 } else { 0.0 },
+            seed: 11,
             ..request(i as u64, &sequences[i], 0, &rows[i], 3)
         })
         .collect();
     let following = EagleProposerConfig {
-        sampling: DraftSampling::FollowRequests { seed: 11 },
+        sampling: DraftSampling::FollowRequests,
         ..EagleProposerConfig::greedy(3)
     };
     let mut drafter = proposer(&fixture, eagle3(&fixture, 100), following);
@@ -880,15 +883,15 @@ fn drafts_follow_each_requests_own_sampling_in_one_batch() {
         requests: &requests,
     };
     let drafts = drafter.draft(&batch).unwrap();
-    let greedy = drafts[0].as_chain().unwrap();
-    assert_eq!(greedy.tokens, alone[0].tokens);
+    let greedy = drafts[1].as_chain().unwrap();
+    assert_eq!(greedy.tokens, alone[1].tokens);
     assert!(
         greedy.probs.is_none(),
         "a greedy request's drafts are one-hot"
     );
-    let sampling = drafts[1].as_chain().unwrap();
-    assert_eq!(sampling.tokens, alone[1].tokens);
-    let (Some(q), Some(alone_q)) = (&sampling.probs, &alone[1].probs) else {
+    let sampling = drafts[0].as_chain().unwrap();
+    assert_eq!(sampling.tokens, alone[0].tokens);
+    let (Some(q), Some(alone_q)) = (&sampling.probs, &alone[0].probs) else {
         panic!("a sampling request's drafts carry their q rows");
     };
     assert!(max_abs_diff(q, alone_q) < 1e-5);

@@ -1,5 +1,6 @@
 //! Settings of the EAGLE proposer: chains, or EAGLE-2 dynamic trees.
 
+use super::super::ProposeRequest;
 use crate::sampling::{probabilities, sample, RequestRng, SamplingConfig, SamplingError};
 
 /// How the EAGLE proposer picks each draft token from the head's logits.
@@ -18,15 +19,12 @@ pub enum DraftSampling {
         seed: u64,
     },
     /// As the request samples: the argmax for a greedy request, and for a request that
-    /// samples ([`ProposeRequest::temperature`](super::super::ProposeRequest::temperature)
-    /// above 0) a draft sampled from the head's softmax at the request's own temperature, from
-    /// a per-request stream derived from `seed`. A sampled draft is accepted with probability
+    /// samples ([`ProposeRequest::temperature`] above 0) a draft sampled from the head's
+    /// softmax at the request's own temperature, from a stream derived from the request's
+    /// [`ProposeRequest::seed`]. A sampled draft is accepted with probability
     /// `sum_x min(p(x), q(x))` against the argmax's `p(argmax q)`, which is higher wherever
     /// the target spreads its probability over tokens that the head also gives weight to.
-    FollowRequests {
-        /// Seed from which each request's draft stream is derived.
-        seed: u64,
-    },
+    FollowRequests,
 }
 
 /// Shape of an EAGLE-2 dynamic draft tree.
@@ -149,17 +147,14 @@ impl EagleProposerConfig {
 }
 
 impl DraftSampling {
-    /// The random stream of request `request_id`, if drafts are sampled.
-    pub(crate) fn stream_for(&self, request_id: u64) -> Option<RequestRng> {
+    /// The draft stream of `request`, if its drafts may be sampled: derived from the
+    /// proposer's seed and the request's id (`Sampled`), or from the request's own seed alone
+    /// (`FollowRequests`).
+    pub(crate) fn stream_for(&self, request: &ProposeRequest<'_>) -> Option<RequestRng> {
         match *self {
             DraftSampling::Greedy => None,
-            DraftSampling::Sampled { seed, .. } | DraftSampling::FollowRequests { seed } => {
-                // SplitMix64 finalizer: distinct, well-mixed seeds for neighbouring ids.
-                let mut z = seed ^ request_id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-                z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-                z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-                Some(RequestRng::new(z ^ (z >> 31)))
-            }
+            DraftSampling::Sampled { seed, .. } => Some(draft_stream(seed, request.request_id)),
+            DraftSampling::FollowRequests => Some(draft_stream(request.seed, 0)),
         }
     }
 
@@ -169,7 +164,7 @@ impl DraftSampling {
         match *self {
             DraftSampling::Greedy => None,
             DraftSampling::Sampled { temperature, .. } => Some(temperature),
-            DraftSampling::FollowRequests { .. } => {
+            DraftSampling::FollowRequests => {
                 (request_temperature > 0.0).then_some(request_temperature)
             }
         }
@@ -189,6 +184,15 @@ impl DraftSampling {
         let probs = probabilities(logits, &config);
         (sample(&probs, rng), probs)
     }
+}
+
+/// The stream drawn from `seed` for request `request_id` (SplitMix64 finalizer: distinct,
+/// well-mixed seeds for neighbouring ids and seeds).
+fn draft_stream(seed: u64, request_id: u64) -> RequestRng {
+    let mut z = seed ^ request_id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    RequestRng::new(z ^ (z >> 31))
 }
 
 #[cfg(test)]
@@ -262,23 +266,42 @@ mod tests {
         assert_eq!((err.name, err.value), ("num_speculative_tokens", 3.0));
     }
 
+    /// A request `id` seeded `seed` that samples at 1.0.
+    fn request(id: u64, seed: u64) -> ProposeRequest<'static> {
+        ProposeRequest {
+            request_id: id,
+            tokens: &[],
+            first_new_position: 0,
+            feature_rows: &[],
+            max_draft_tokens: 1,
+            stop: None,
+            temperature: 1.0,
+            seed,
+        }
+    }
+
     #[test]
     fn request_streams_are_reproducible_and_distinct() {
         let sampling = DraftSampling::Sampled {
             temperature: 1.0,
             seed: 7,
         };
-        let draw = |id| sampling.stream_for(id).unwrap().next_u64();
-        assert_eq!(draw(1), draw(1));
-        assert_ne!(draw(1), draw(2));
-        assert!(DraftSampling::Greedy.stream_for(1).is_none());
-        let following = DraftSampling::FollowRequests { seed: 7 };
-        assert_eq!(following.stream_for(1).unwrap().next_u64(), draw(1));
+        let draw = |sampling: DraftSampling, id, seed| {
+            sampling.stream_for(&request(id, seed)).unwrap().next_u64()
+        };
+        assert_eq!(draw(sampling, 1, 0), draw(sampling, 1, 5));
+        assert_ne!(draw(sampling, 1, 0), draw(sampling, 2, 0));
+        assert!(DraftSampling::Greedy.stream_for(&request(1, 0)).is_none());
+        // Following requests, the request's own seed decides, whatever its id.
+        let following = DraftSampling::FollowRequests;
+        assert_eq!(draw(following, 1, 7), draw(following, 9, 7));
+        assert_ne!(draw(following, 1, 7), draw(following, 1, 8));
+        assert_eq!(draw(following, 3, 7), draw(sampling, 0, 0));
     }
 
     #[test]
     fn drafts_follow_the_request_only_where_asked() {
-        let following = DraftSampling::FollowRequests { seed: 0 };
+        let following = DraftSampling::FollowRequests;
         assert_eq!(
             following.temperature_for(0.0),
             None,

@@ -471,7 +471,7 @@ impl<B: KernelBackend> Proposer<Tensor<B, 2>> for EagleProposer<B> {
         let outputs = self.absorb(requests, &plan, &new_rows)?;
         for (request, planned) in requests.iter().zip(&plan) {
             if planned.is_new {
-                let rng = self.config.sampling.stream_for(request.request_id);
+                let rng = self.config.sampling.stream_for(request);
                 self.slots.insert(
                     request.request_id,
                     RequestState {
