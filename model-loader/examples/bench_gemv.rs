@@ -10,7 +10,9 @@
 //! as a decode step, a k = 3 verification, batched decoding of 8 and 16 requests and a prefill
 //! chunk do (through `project_rows` up to `MAX_GEMV_ROWS` rows, `project_rows_gemm` beyond, as
 //! the engine chooses), each step on the kernel threads as the engine runs a forward pass, with
-//! the weights on huge pages as the engine keeps them.
+//! the weights on huge pages as the engine keeps them. Q8_0 runs once more with its input rows
+//! quantized to bytes (`q8_0b`, as llama.cpp does) instead of the engine's two byte planes, for
+//! every row count, so the cost of the planes shows against the same weights in the same run.
 //! Prints milliseconds per step, the weight bytes streamed per second, and that rate as a
 //! ratio to a plain parallel read of a 512 MB buffer measured in the same run (the memory
 //! bandwidth the threads can draw). Times are the fastest of repeated steps; the weights
@@ -21,7 +23,10 @@ mod common;
 use aquila_model_loader::backend::KernelBackend;
 use aquila_model_loader::huge_pages::back_with_huge_pages;
 use aquila_model_loader::kernels::gemm::project_rows_gemm;
-use aquila_model_loader::kernels::gemv::{project_rows, ProjectionRef, WeightRef, MAX_GEMV_ROWS};
+use aquila_model_loader::kernels::gemv::{
+    project_rows, project_rows_at, ProjectionRef, WeightRef, MAX_GEMV_ROWS,
+};
+use aquila_model_loader::kernels::InputPrecision;
 use aquila_model_loader::quant::{Bf16Matrix, Q8_0Matrix};
 use burn::backend::Flex;
 use common::inputs;
@@ -134,8 +139,9 @@ fn fastest(mut f: impl FnMut()) -> Duration {
     best
 }
 
-/// Fastest of repeated steps of `rows` input rows through every projection.
-fn time_step(stored: &Stored, rows: usize) -> Duration {
+/// Fastest of repeated steps of `rows` input rows through every projection, as the engine
+/// projects them, or with Q8_0 inputs at `precision` for any number of rows.
+fn time_step(stored: &Stored, rows: usize, precision: Option<InputPrecision>) -> Duration {
     let refs = stored.refs();
     let input_rows: Vec<Vec<f32>> = [HIDDEN, 1536]
         .iter()
@@ -149,10 +155,14 @@ fn time_step(stored: &Stored, rows: usize) -> Duration {
                 &input_rows[1]
             };
             let projection = [ProjectionRef { weight, bias: None }];
-            let out = if rows <= MAX_GEMV_ROWS {
-                project_rows(black_box(x), rows, d_in, &projection)
-            } else {
-                project_rows_gemm(black_box(x), rows, d_in, &projection)
+            let out = match precision {
+                Some(precision) => {
+                    project_rows_at(black_box(x), rows, d_in, &projection, precision)
+                }
+                None if rows <= MAX_GEMV_ROWS => {
+                    project_rows(black_box(x), rows, d_in, &projection)
+                }
+                None => project_rows_gemm(black_box(x), rows, d_in, &projection),
             };
             black_box(out);
         }
@@ -167,11 +177,17 @@ fn main() {
         rayon::current_num_threads(),
         plain / 1e9
     );
-    for format in ["f32", "q8_0", "bf16"] {
-        let stored = build(format);
+    let runs = [
+        ("f32", None),
+        ("q8_0", None),
+        ("q8_0b", Some(InputPrecision::Byte)),
+        ("bf16", None),
+    ];
+    for (format, precision) in runs {
+        let stored = build(format.trim_end_matches('b'));
         let mb = stored.bytes() as f64 / 1e6;
         for rows in [1, 4, 8, 16, 128] {
-            let step = time_step(&stored, rows);
+            let step = time_step(&stored, rows, precision);
             let rate = stored.bytes() as f64 / step.as_secs_f64();
             println!(
                 "{format:<5} {rows} row(s): {:>7.2} ms/step  {:>6.1} GB/s  {:.2}x plain read  ({mb:.0} MB of weights)",

@@ -4,7 +4,7 @@
 use crate::common;
 
 use aquila_engine::{
-    DraftLength, DraftPick, EagleDrafter, Prompt, SamplingParams, SpeculativeConfig,
+    DraftLength, DraftPick, EagleDrafter, Llm, Prompt, SamplingParams, SpeculativeConfig,
     SpeculativeMethod,
 };
 use aquila_model_loader::model::{FeatureTap, ForwardBatch, LlamaModel, SequenceInput};
@@ -56,28 +56,40 @@ fn seeded_sampling_is_reproducible_across_runs_and_batch_compositions() {
     );
 }
 
+/// An engine on the tiny model whose EAGLE-3 head (random weights, in `head`) drafts two
+/// tokens sampled at each request's temperature, with `max_num_seqs` requests at a time.
+fn sampled_eagle_llm(model: &std::path::Path, head: &std::path::Path, max_num_seqs: usize) -> Llm {
+    let drafter = EagleDrafter {
+        lookup: None,
+        draft_pick: DraftPick::Sample,
+        ..EagleDrafter::new(head)
+    };
+    let speculative = SpeculativeConfig {
+        draft_length: DraftLength::Fixed,
+        ..SpeculativeConfig::new(SpeculativeMethod::Eagle3(drafter), 2)
+    };
+    llm_with(model, |c| {
+        c.speculative = Some(speculative);
+        c.max_num_seqs = max_num_seqs;
+    })
+}
+
+/// Seeded sampling hot enough that the random head's drafts are accepted now and then, so
+/// that which draft is drawn shows in the tokens.
+fn hot(seed: u64) -> SamplingParams {
+    SamplingParams {
+        temperature: 4.0,
+        ..seeded(seed)
+    }
+}
+
 #[test]
 fn seeded_sampling_with_sampled_eagle_drafts_is_reproducible_across_runs() {
     let model = tiny_model();
     let head = eagle3_head(model.path());
     let run = |seed| {
-        let drafter = EagleDrafter {
-            lookup: None,
-            draft_pick: DraftPick::Sample,
-            ..EagleDrafter::new(head.path())
-        };
-        let speculative = SpeculativeConfig {
-            draft_length: DraftLength::Fixed,
-            ..SpeculativeConfig::new(SpeculativeMethod::Eagle3(drafter), 2)
-        };
-        // Hot enough that the random head's drafts are accepted now and then, so that which
-        // draft is drawn shows in the tokens.
-        let params = SamplingParams {
-            temperature: 4.0,
-            ..seeded(seed)
-        };
-        llm_with(model.path(), |c| c.speculative = Some(speculative))
-            .generate(PROMPTS[0], &params)
+        sampled_eagle_llm(model.path(), head.path(), 8)
+            .generate(PROMPTS[0], &hot(seed))
             .unwrap()
             .remove(0)
     };
@@ -95,6 +107,33 @@ fn seeded_sampling_with_sampled_eagle_drafts_is_reproducible_across_runs() {
         first.token_ids,
         "seeds give different streams"
     );
+}
+
+/// The head's Q8_0 projections (its default format on the CPU) give each row the same bits
+/// whatever the rows beside it, so the drafts a seeded request samples, and with them its
+/// tokens, do not depend on the requests decoded with it (here prefilled together: more rows
+/// than a decode step's kernel takes).
+#[test]
+fn seeded_sampling_with_sampled_eagle_drafts_is_reproducible_whatever_the_batch() {
+    let model = tiny_model();
+    let head = eagle3_head(model.path());
+    let alone = sampled_eagle_llm(model.path(), head.path(), 1)
+        .generate(PROMPTS[0], &hot(7))
+        .unwrap()
+        .remove(0);
+    let prompts = vec![PROMPTS[1], PROMPTS[2], PROMPTS[0], PROMPTS[3]];
+    let params = vec![hot(100), hot(101), hot(7), hot(102)];
+    let batch = sampled_eagle_llm(model.path(), head.path(), 4)
+        .generate_with_params(prompts, &params)
+        .unwrap();
+    let metrics = &batch[2].metrics;
+    assert!(
+        metrics.num_accepted_tokens > 0 && metrics.num_accepted_tokens < metrics.num_draft_tokens,
+        "accepted {} of {} drafts",
+        metrics.num_accepted_tokens,
+        metrics.num_draft_tokens
+    );
+    assert_eq!(batch[2].token_ids, alone.token_ids);
 }
 
 #[test]

@@ -143,7 +143,7 @@ impl Inputs<'_> {
 
 /// `x` (`[rows, d_in]`) times every projection of `projections`: output `b` is
 /// `[rows, out_b]` with `out_b[r, j] = x[r] · weight_b[j] + bias_b[j]`. With Q8_0 weights,
-/// `x` is quantized to bytes per block of 32 first (as llama.cpp does for Q8_0 weights).
+/// `x` is quantized per block of 32 first, at about 15 bits ([`InputPrecision::Split`]).
 ///
 /// # Panics
 /// If a weight's rows are not `d_in` wide, a bias has the wrong length, or `x` is not
@@ -154,11 +154,12 @@ pub fn project_rows(
     d_in: usize,
     projections: &[ProjectionRef<'_>],
 ) -> Vec<Vec<f32>> {
-    project_rows_at(x, rows, d_in, projections, InputPrecision::Byte)
+    project_rows_at(x, rows, d_in, projections, InputPrecision::Split)
 }
 
-/// [`project_rows`] with the input rows of Q8_0 weights quantized at `precision`.
-pub(super) fn project_rows_at(
+/// [`project_rows`] with the input rows of Q8_0 weights quantized at `precision` (benchmarks
+/// compare the precisions with it).
+pub fn project_rows_at(
     x: &[f32],
     rows: usize,
     d_in: usize,

@@ -75,6 +75,7 @@ pub use activation::silu_mul;
 pub use attention::{grouped_query_attention, AttentionShape, Visibility};
 pub use exp::exp_scalar;
 pub use norm::rms_norm;
+pub use q8_0::InputPrecision;
 pub use rope::apply_rope;
 
 use std::sync::OnceLock;

@@ -48,6 +48,7 @@ pub fn project_rows_gemm(
             .iter()
             .all(|p| matches!(p.weight, WeightRef::Q8_0(_)))
     {
+        // The kernel and precision of `project_rows`: the same bits per row.
         return project_rows_at(x, rows, d_in, projections, InputPrecision::Split);
     }
     let tiles = Tiles::best();
@@ -220,6 +221,36 @@ mod tests {
                 }
                 workspace::release();
             }
+        }
+    }
+
+    /// Where an integer kernel runs, a Q8_0 product gives each row the same bits through this
+    /// entry (prefill, verification of a large batch) as through `project_rows` alone
+    /// (decoding), so that a request's logits and an EAGLE head's drafts do not depend on the
+    /// requests beside it.
+    #[test]
+    fn q8_0_rows_get_the_same_bits_alone_and_among_many() {
+        use crate::quant::Q8_0Matrix;
+        if !super::super::q8_0::has_integer_kernel() {
+            eprintln!("skipped: no integer Q8_0 kernel on this CPU (prefill widens the weights)");
+            return;
+        }
+        let (rows, d_in, out) = (40, 96, 37);
+        let x = values(rows * d_in, 0.3);
+        let w = Q8_0Matrix::quantize(&values(out * d_in, 1.3), out, d_in).unwrap();
+        let bias = values(out, 4.0);
+        let p = ProjectionRef {
+            weight: WeightRef::Q8_0(&w),
+            bias: Some(&bias),
+        };
+        let many = project_rows_gemm(&x, rows, d_in, &[p]).remove(0);
+        for (r, got) in many.chunks_exact(out).enumerate() {
+            let alone = project_rows(&x[r * d_in..][..d_in], 1, d_in, &[p]).remove(0);
+            let same = got
+                .iter()
+                .zip(&alone)
+                .all(|(g, a)| g.to_bits() == a.to_bits());
+            assert!(same, "row {r} of {rows} differs from the row alone");
         }
     }
 }

@@ -1,11 +1,16 @@
 //! The Q8_0 kernel for x86-64 CPUs with AVX2, FMA and F16C but no AVX-512 VNNI
-//! ([`crate::kernels::has_avx2`]), for byte-quantized inputs (decoding and verification).
+//! ([`crate::kernels::has_avx2`]), for inputs quantized to bytes or split into two byte planes.
 //!
 //! It reads the matrix's interleaved groups (four bytes of 16 rows per 64 bytes) as two 32-byte
 //! halves of eight rows and does what `vpdpbusd` does in three instructions: the weight bytes
 //! `q + 128` are turned back into signed `q`, `vpmaddubsw` multiplies `|q|` with the input
 //! bytes carrying `q`'s sign (a pair of products stays within `2 · 128 · 127`, inside `i16`),
-//! and `vpmaddwd` with ones adds the pairs into one `i32` per row and four bytes.
+//! and `vpmaddwd` with ones adds the pairs into one `i32` per row and four bytes. Split inputs
+//! (`v = 128 · high + low`, at most 16,256 in magnitude) are multiplied whole as `i16`: the
+//! weight bytes are widened to `i16` (four rows per vector), `vpmaddwd` with the four inputs
+//! broadcast gives two pair sums per row and `vphaddd` adds them, so the rows of a vector come
+//! out in the order 0, 1, 4, 5, 2, 3, 6, 7, which the scales follow and the store undoes. The
+//! integers are those of the VNNI kernel (at most `32 · 127 · 16,256` per block).
 
 use super::{Output, QuantizedRows};
 use crate::quant::{Q8_0Matrix, Q8_0_BLOCK, Q8_0_GROUP};
@@ -19,15 +24,14 @@ pub(super) const MAX_ROWS: usize = 3;
 /// Zen 3 machine the hardware prefetchers alone left decoding a fifth slower).
 const PREFETCH_BYTES: usize = 16 * 1024;
 
-/// The 16 outputs of Q8_0 weight group `group` for `H` byte-quantized input rows from `row0`,
-/// plus the bias, written to `out`.
+/// The 16 outputs of Q8_0 weight group `group` for `H` quantized input rows from `row0`, plus
+/// the bias, written to `out`; `SPLIT`: the inputs are [`super::InputPrecision::Split`].
 ///
 /// # Safety
-/// AVX2, FMA and F16C must be available; the group and rows must exist, the inputs be
-/// [`super::InputPrecision::Byte`] and the output be writable as
-/// [`super::project_groups`] requires.
+/// AVX2, FMA and F16C must be available; the group and rows must exist, the inputs be of the
+/// precision `SPLIT` names and the output be writable as [`super::project_groups`] requires.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn group_dots<const H: usize>(
+pub(super) unsafe fn group_dots<const H: usize, const SPLIT: bool>(
     w: &Q8_0Matrix,
     group: usize,
     x: &QuantizedRows,
@@ -43,9 +47,14 @@ pub(super) unsafe fn group_dots<const H: usize>(
             && scales.len() == blocks * Q8_0_GROUP
             && row0 + H <= x.rows()
             && x.quants.len() == x.rows() * blocks * Q8_0_BLOCK
+            && (!SPLIT || x.wide.len() == x.quants.len())
     );
     let (wq, ws) = (quants.as_ptr(), scales.as_ptr());
     let inputs = x.quants.as_ptr().wrapping_add(row0 * blocks * Q8_0_BLOCK);
+    let wide = x.wide.as_ptr().wrapping_add(row0 * blocks * Q8_0_BLOCK);
+    // Split sums come out with rows 0, 1, 4, 5, 2, 3, 6, 7 in a vector's lanes (module docs):
+    // this permutation puts the scales in that order, and is its own inverse.
+    let order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
     let offset = _mm256_set1_epi8(i8::MIN);
     let ones = _mm256_set1_epi16(1);
     // Per input row, rows 0-7 and 8-15 of the group.
@@ -64,18 +73,27 @@ pub(super) unsafe fn group_dots<const H: usize>(
                 let magnitude = _mm256_sign_epi8(q, q);
                 for (h, ints) in ints.iter_mut().enumerate() {
                     let at = (h * blocks + b) * Q8_0_BLOCK + 4 * j;
-                    // SAFETY: bytes 4j..4j + 4 of block b of input row row0 + h.
-                    let four = unsafe { inputs.add(at).cast::<i32>().read_unaligned() };
-                    let signed = _mm256_sign_epi8(_mm256_set1_epi32(four), q);
-                    let pairs = _mm256_maddubs_epi16(magnitude, signed);
-                    ints[half] = _mm256_add_epi32(ints[half], _mm256_madd_epi16(pairs, ones));
+                    let sums = if SPLIT {
+                        // SAFETY: values 4j..4j + 4 of block b of input row row0 + h (the
+                        // wide values have the layout of the bytes, asserted).
+                        let four = unsafe { wide.add(at).cast::<i64>().read_unaligned() };
+                        wide_dots(q, _mm256_set1_epi64x(four))
+                    } else {
+                        // SAFETY: bytes 4j..4j + 4 of block b of input row row0 + h.
+                        let four = unsafe { inputs.add(at).cast::<i32>().read_unaligned() };
+                        byte_dots(magnitude, q, four, ones)
+                    };
+                    ints[half] = _mm256_add_epi32(ints[half], sums);
                 }
             }
         }
         // SAFETY: the group holds 16 scales per block.
-        let w_scales = unsafe {
+        let mut w_scales = unsafe {
             [0, 8].map(|first| _mm256_cvtph_ps(_mm_loadu_si128(ws.add(b * 16 + first).cast())))
         };
+        if SPLIT {
+            w_scales = w_scales.map(|scales| _mm256_permutevar8x32_ps(scales, order));
+        }
         for (h, acc) in acc.iter_mut().enumerate() {
             let x_scale = _mm256_set1_ps(x.scales[(row0 + h) * blocks + b]);
             for half in 0..2 {
@@ -88,6 +106,11 @@ pub(super) unsafe fn group_dots<const H: usize>(
     let first = group * Q8_0_GROUP;
     let columns = (out.n - first).min(Q8_0_GROUP);
     for (h, acc) in acc.iter().enumerate() {
+        let acc = if SPLIT {
+            acc.map(|lanes| _mm256_permutevar8x32_ps(lanes, order))
+        } else {
+            *acc
+        };
         let mut values = [0.0f32; Q8_0_GROUP];
         // SAFETY: `values` holds the 16 lanes of both halves.
         unsafe {
@@ -101,4 +124,25 @@ pub(super) unsafe fn group_dots<const H: usize>(
             unsafe { *out.values.add((row0 + h) * out.n + first + c) = v };
         }
     }
+}
+
+/// Per weight row of `q` (eight rows, four signed bytes each, `magnitude = |q|`), the dot
+/// product of its four bytes with the four input bytes of `four`, as one `i32` each.
+#[target_feature(enable = "avx2")]
+fn byte_dots(magnitude: __m256i, q: __m256i, four: i32, ones: __m256i) -> __m256i {
+    let signed = _mm256_sign_epi8(_mm256_set1_epi32(four), q);
+    _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude, signed), ones)
+}
+
+/// Per weight row of `q` (eight rows, four signed bytes each), the dot product of its four
+/// bytes with the four `i16` inputs repeated in `four`, as one `i32` each, rows in the order
+/// 0, 1, 4, 5, 2, 3, 6, 7.
+#[target_feature(enable = "avx2")]
+fn wide_dots(q: __m256i, four: __m256i) -> __m256i {
+    let rows_0_3 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q));
+    let rows_4_7 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(q));
+    _mm256_hadd_epi32(
+        _mm256_madd_epi16(rows_0_3, four),
+        _mm256_madd_epi16(rows_4_7, four),
+    )
 }

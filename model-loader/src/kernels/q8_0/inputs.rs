@@ -46,6 +46,9 @@ pub struct QuantizedRows {
     pub(super) quants: Vec<i8>,
     /// `[rows, d_in]` low parts ([`InputPrecision::Split`]); empty for bytes.
     pub(super) low: Vec<i8>,
+    /// `[rows, d_in]` whole values `v` as `i16` ([`InputPrecision::Split`] on CPUs whose kernel
+    /// multiplies 16-bit inputs: AVX2 without VNNI); empty otherwise.
+    pub(super) wide: Vec<i16>,
     /// `[rows, blocks]`: `-128 · Σ v` over the block, which cancels the weights' offset.
     pub(super) offsets: Vec<i32>,
     /// `[rows, blocks]`: the blocks' scales.
@@ -81,11 +84,21 @@ impl QuantizedRows {
             };
             quantize_row(row, precision, row_out);
         }
+        let wide = if split && super::wants_wide_inputs() {
+            quants
+                .iter()
+                .zip(&low)
+                .map(|(&high, &low)| 128 * i16::from(high) + i16::from(low))
+                .collect()
+        } else {
+            Vec::new()
+        };
         Self {
             blocks,
             precision,
             quants,
             low,
+            wide,
             offsets,
             scales,
         }

@@ -1,10 +1,14 @@
 //! Products of input rows with Q8_0 weights ([`Q8_0Matrix`]) for [`super::gemv`] and
 //! [`super::gemm`]: the input rows are quantized once per call, per block of 32 as the weights
 //! are ([`QuantizedRows`]), and each block's product is an integer dot product scaled by both
-//! blocks' scales. Decoding and verification quantize the inputs to bytes, as llama.cpp does
-//! ([`InputPrecision::Byte`]); prefill keeps about 15 bits ([`InputPrecision::Split`]): 8-bit
-//! inputs move the logits enough to change the greedy token at a few teacher-forced positions
-//! in a hundred, more than the Q8_0 quality bar allows.
+//! blocks' scales. Every product keeps the inputs at about 15 bits ([`InputPrecision::Split`]),
+//! decoding and verification as well as prefill: 8-bit inputs ([`InputPrecision::Byte`], as
+//! llama.cpp quantizes them) move the logits enough to change the greedy token at a few
+//! teacher-forced positions in a hundred, more than the Q8_0 quality bar allows, and one
+//! precision for every row count gives a row the same bits whether it is decoded alone,
+//! verified beside other requests or prefilled, which greedy speculative decoding needs to give
+//! the plain engine's tokens. Bytes stay available to compare against
+//! ([`super::gemv::project_rows_at`]).
 //!
 //! On AVX-512 with VNNI the kernel works on one group of 16 weight rows at a time (the
 //! matrix's interleaved layout): per block, eight 64-byte loads each hold four bytes of all 16
@@ -80,15 +84,31 @@ pub(super) unsafe fn project_groups(
                 continue;
             }
             #[cfg(target_arch = "x86_64")]
-            if crate::kernels::has_avx2() && x.precision == InputPrecision::Byte {
+            if crate::kernels::has_avx2() {
                 let height = height.min(avx2::MAX_ROWS);
-                // SAFETY: AVX2, FMA and F16C are available (checked above), the inputs are
-                // bytes; the asserts above bound the group and rows, and the caller the output.
+                // SAFETY: AVX2, FMA and F16C are available (checked above), `SPLIT` follows
+                // the inputs' precision; the asserts above bound the group and rows, and the
+                // caller the output.
                 unsafe {
-                    match height {
-                        1 => avx2::group_dots::<1>(w, group, x, row0, bias, out),
-                        2 => avx2::group_dots::<2>(w, group, x, row0, bias, out),
-                        _ => avx2::group_dots::<3>(w, group, x, row0, bias, out),
+                    match (height, x.precision) {
+                        (1, InputPrecision::Byte) => {
+                            avx2::group_dots::<1, false>(w, group, x, row0, bias, out)
+                        }
+                        (2, InputPrecision::Byte) => {
+                            avx2::group_dots::<2, false>(w, group, x, row0, bias, out)
+                        }
+                        (_, InputPrecision::Byte) => {
+                            avx2::group_dots::<3, false>(w, group, x, row0, bias, out)
+                        }
+                        (1, InputPrecision::Split) => {
+                            avx2::group_dots::<1, true>(w, group, x, row0, bias, out)
+                        }
+                        (2, InputPrecision::Split) => {
+                            avx2::group_dots::<2, true>(w, group, x, row0, bias, out)
+                        }
+                        (_, InputPrecision::Split) => {
+                            avx2::group_dots::<3, true>(w, group, x, row0, bias, out)
+                        }
                     }
                 };
                 row0 += height;
@@ -133,11 +153,20 @@ unsafe fn portable_group_dots(
     }
 }
 
-/// Whether products with Q8_0 weights run on the integer (VNNI) kernel rather than its
-/// portable twin.
+/// Whether products with Q8_0 weights run on an integer kernel (AVX-512 VNNI, or AVX2) rather
+/// than its portable twin.
 pub(super) fn has_integer_kernel() -> bool {
     #[cfg(target_arch = "x86_64")]
-    return has_vnni();
+    return has_vnni() || crate::kernels::has_avx2();
+    #[cfg(not(target_arch = "x86_64"))]
+    return false;
+}
+
+/// Whether split inputs are multiplied as 16-bit values (the AVX2 kernel, where VNNI is
+/// missing) rather than as two byte planes.
+pub(super) fn wants_wide_inputs() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return !has_vnni() && crate::kernels::has_avx2();
     #[cfg(not(target_arch = "x86_64"))]
     return false;
 }
@@ -312,7 +341,7 @@ mod tests {
     enum Kernel {
         /// [`project_groups`], the CPU's best.
         Dispatched,
-        /// The AVX2 kernel, even where AVX-512 VNNI is there (byte inputs only).
+        /// The AVX2 kernel, even where AVX-512 VNNI is there (byte inputs only there).
         Avx2,
         /// The portable twin.
         Portable,
@@ -340,7 +369,24 @@ mod tests {
                     Kernel::Avx2 => {
                         assert!(crate::kernels::has_avx2());
                         for row in 0..x.rows() {
-                            avx2::group_dots::<1>(w, group, x, row, Some(bias), output);
+                            match x.precision {
+                                InputPrecision::Byte => avx2::group_dots::<1, false>(
+                                    w,
+                                    group,
+                                    x,
+                                    row,
+                                    Some(bias),
+                                    output,
+                                ),
+                                InputPrecision::Split => avx2::group_dots::<1, true>(
+                                    w,
+                                    group,
+                                    x,
+                                    row,
+                                    Some(bias),
+                                    output,
+                                ),
+                            }
                         }
                     }
                     #[cfg(not(target_arch = "x86_64"))]
@@ -362,7 +408,9 @@ mod tests {
             let bias = rng.vec(n, -1.0, 1.0);
             for precision in [InputPrecision::Byte, InputPrecision::Split] {
                 let q = QuantizedRows::new(&x, rows, cols, precision);
-                let avx2 = crate::kernels::has_avx2() && precision == InputPrecision::Byte;
+                // Split inputs reach the AVX2 kernel as 16-bit values, made where it runs.
+                let avx2 = crate::kernels::has_avx2()
+                    && (precision == InputPrecision::Byte || wants_wide_inputs());
                 let kernels = [Kernel::Dispatched, Kernel::Portable, Kernel::Avx2];
                 for kernel in kernels.into_iter().filter(|&k| k != Kernel::Avx2 || avx2) {
                     let out = outputs(&w, &q, &bias, kernel);
