@@ -110,7 +110,7 @@ fn seeded_sampling_with_sampled_eagle_drafts_is_reproducible_across_runs() {
 }
 
 /// The head's Q8_0 projections (its default format on the CPU) give each row the same bits
-/// whatever the rows beside it, so the drafts a seeded request samples, and with them its
+/// whatever the rows beside it on CPUs with an integer Q8_0 kernel (AVX2 or AVX-512 VNNI), so the drafts a seeded request samples, and with them its
 /// tokens, do not depend on the requests decoded with it (here prefilled together: more rows
 /// than a decode step's kernel takes).
 #[test]

@@ -6,12 +6,13 @@
 //! (column-major `[rows, out]`), it reads the weight as a column-major right-hand side, which
 //! it packs with vector copies; transposing the small `[out, rows]` result back is cheap.
 //!
-//! Packed weights (bfloat16, and Q8_0 on CPUs without AVX-512 VNNI) are widened to `f32` one
+//! Packed weights (bfloat16, and Q8_0 on CPUs without AVX2) are widened to `f32` one
 //! projection at a time before the product: over many rows that costs little next to the
 //! product. The widened weight and gemm's result live in the pass's [`workspace`], reused from
-//! one projection to the next and released when the pass ends. Q8_0 weights on
-//! VNNI CPUs go to their integer kernel instead, with inputs kept at about 15 bits
-//! (module `q8_0`), which multiplies twice as many values per instruction as `f32` FMAs.
+//! one projection to the next and released when the pass ends. Q8_0 weights on CPUs with
+//! AVX-512 VNNI or AVX2 go to their integer kernel instead, with inputs kept at about 15 bits
+//! as for few rows (module `q8_0`), so that a row's product does not depend on the rows beside
+//! it.
 
 mod transpose;
 pub mod workspace;

@@ -12,7 +12,7 @@
 //! out in the order 0, 1, 4, 5, 2, 3, 6, 7, which the scales follow and the store undoes. The
 //! integers are those of the VNNI kernel (at most `32 · 127 · 16,256` per block).
 
-use super::{Output, QuantizedRows};
+use super::{InputPrecision, Output, QuantizedRows};
 use crate::quant::{Q8_0Matrix, Q8_0_BLOCK, Q8_0_GROUP};
 use std::arch::x86_64::*;
 
@@ -31,7 +31,7 @@ const PREFETCH_BYTES: usize = 16 * 1024;
 /// AVX2, FMA and F16C must be available; the group and rows must exist, the inputs be of the
 /// precision `SPLIT` names and the output be writable as [`super::project_groups`] requires.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn group_dots<const H: usize, const SPLIT: bool>(
+unsafe fn group_dots<const H: usize, const SPLIT: bool>(
     w: &Q8_0Matrix,
     group: usize,
     x: &QuantizedRows,
@@ -71,13 +71,14 @@ pub(super) unsafe fn group_dots<const H: usize, const SPLIT: bool>(
                 let wv = unsafe { _mm256_loadu_si256(block.add(j * 64 + half * 32).cast()) };
                 let q = _mm256_xor_si256(wv, offset);
                 let magnitude = _mm256_sign_epi8(q, q);
+                let widened = widen(q);
                 for (h, ints) in ints.iter_mut().enumerate() {
                     let at = (h * blocks + b) * Q8_0_BLOCK + 4 * j;
                     let sums = if SPLIT {
                         // SAFETY: values 4j..4j + 4 of block b of input row row0 + h (the
                         // wide values have the layout of the bytes, asserted).
                         let four = unsafe { wide.add(at).cast::<i64>().read_unaligned() };
-                        wide_dots(q, _mm256_set1_epi64x(four))
+                        wide_dots(widened, _mm256_set1_epi64x(four))
                     } else {
                         // SAFETY: bytes 4j..4j + 4 of block b of input row row0 + h.
                         let four = unsafe { inputs.add(at).cast::<i32>().read_unaligned() };
@@ -134,15 +135,69 @@ fn byte_dots(magnitude: __m256i, q: __m256i, four: i32, ones: __m256i) -> __m256
     _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude, signed), ones)
 }
 
-/// Per weight row of `q` (eight rows, four signed bytes each), the dot product of its four
-/// bytes with the four `i16` inputs repeated in `four`, as one `i32` each, rows in the order
-/// 0, 1, 4, 5, 2, 3, 6, 7.
+/// The weight bytes of `q` (eight rows, four signed bytes each) as `i16`: rows 0-3, rows 4-7.
 #[target_feature(enable = "avx2")]
-fn wide_dots(q: __m256i, four: __m256i) -> __m256i {
-    let rows_0_3 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q));
-    let rows_4_7 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(q));
+fn widen(q: __m256i) -> [__m256i; 2] {
+    [
+        _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q)),
+        _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(q)),
+    ]
+}
+
+/// Per weight row of `rows` ([`widen`]'s halves), the dot product of its four weights with the
+/// four `i16` inputs repeated in `four`, as one `i32` each, rows in the order 0, 1, 4, 5, 2, 3,
+/// 6, 7.
+#[target_feature(enable = "avx2")]
+fn wide_dots(rows: [__m256i; 2], four: __m256i) -> __m256i {
     _mm256_hadd_epi32(
-        _mm256_madd_epi16(rows_0_3, four),
-        _mm256_madd_epi16(rows_4_7, four),
+        _mm256_madd_epi16(rows[0], four),
+        _mm256_madd_epi16(rows[1], four),
     )
+}
+
+/// [`group_dots`] for `height` input rows (1 to [`MAX_ROWS`]) at the inputs' own precision.
+///
+/// # Safety
+/// As for [`group_dots`], with split inputs carrying their 16-bit values.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn rows_dots(
+    height: usize,
+    w: &Q8_0Matrix,
+    group: usize,
+    x: &QuantizedRows,
+    row0: usize,
+    bias: Option<&[f32]>,
+    out: Output,
+) {
+    // SAFETY: the caller's guarantees, and `SPLIT` follows the inputs' precision.
+    unsafe {
+        match x.precision {
+            InputPrecision::Byte => of_height::<false>(height, w, group, x, row0, bias, out),
+            InputPrecision::Split => of_height::<true>(height, w, group, x, row0, bias, out),
+        }
+    }
+}
+
+/// [`group_dots`] for a runtime `height`.
+///
+/// # Safety
+/// As for [`group_dots`].
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn of_height<const SPLIT: bool>(
+    height: usize,
+    w: &Q8_0Matrix,
+    group: usize,
+    x: &QuantizedRows,
+    row0: usize,
+    bias: Option<&[f32]>,
+    out: Output,
+) {
+    // SAFETY: the caller's guarantees.
+    unsafe {
+        match height {
+            1 => group_dots::<1, SPLIT>(w, group, x, row0, bias, out),
+            2 => group_dots::<2, SPLIT>(w, group, x, row0, bias, out),
+            _ => group_dots::<3, SPLIT>(w, group, x, row0, bias, out),
+        }
+    }
 }

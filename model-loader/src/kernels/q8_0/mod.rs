@@ -86,31 +86,10 @@ pub(super) unsafe fn project_groups(
             #[cfg(target_arch = "x86_64")]
             if crate::kernels::has_avx2() {
                 let height = height.min(avx2::MAX_ROWS);
-                // SAFETY: AVX2, FMA and F16C are available (checked above), `SPLIT` follows
-                // the inputs' precision; the asserts above bound the group and rows, and the
-                // caller the output.
-                unsafe {
-                    match (height, x.precision) {
-                        (1, InputPrecision::Byte) => {
-                            avx2::group_dots::<1, false>(w, group, x, row0, bias, out)
-                        }
-                        (2, InputPrecision::Byte) => {
-                            avx2::group_dots::<2, false>(w, group, x, row0, bias, out)
-                        }
-                        (_, InputPrecision::Byte) => {
-                            avx2::group_dots::<3, false>(w, group, x, row0, bias, out)
-                        }
-                        (1, InputPrecision::Split) => {
-                            avx2::group_dots::<1, true>(w, group, x, row0, bias, out)
-                        }
-                        (2, InputPrecision::Split) => {
-                            avx2::group_dots::<2, true>(w, group, x, row0, bias, out)
-                        }
-                        (_, InputPrecision::Split) => {
-                            avx2::group_dots::<3, true>(w, group, x, row0, bias, out)
-                        }
-                    }
-                };
+                // SAFETY: AVX2, FMA and F16C are available (checked above); the asserts above
+                // bound the group and rows, and the caller the output; split inputs carry their
+                // 16-bit values where this kernel runs.
+                unsafe { avx2::rows_dots(height, w, group, x, row0, bias, out) };
                 row0 += height;
                 continue;
             }
@@ -369,24 +348,7 @@ mod tests {
                     Kernel::Avx2 => {
                         assert!(crate::kernels::has_avx2());
                         for row in 0..x.rows() {
-                            match x.precision {
-                                InputPrecision::Byte => avx2::group_dots::<1, false>(
-                                    w,
-                                    group,
-                                    x,
-                                    row,
-                                    Some(bias),
-                                    output,
-                                ),
-                                InputPrecision::Split => avx2::group_dots::<1, true>(
-                                    w,
-                                    group,
-                                    x,
-                                    row,
-                                    Some(bias),
-                                    output,
-                                ),
-                            }
+                            avx2::rows_dots(1, w, group, x, row, Some(bias), output);
                         }
                     }
                     #[cfg(not(target_arch = "x86_64"))]
