@@ -342,10 +342,11 @@ impl<B: KernelBackend> Engine<B> {
             .collect();
         let StepContext {
             now,
-            iteration,
+            mut iteration,
             mut output,
             ..
         } = context;
+        iteration.forward_time = Some(forward_done - forward_start);
         let draft_start = Instant::now();
         let (mut draft_depth, mut draft_tokens) = (0, 0);
         let decode = decode_step(
@@ -389,6 +390,9 @@ impl<B: KernelBackend> Engine<B> {
             );
         }
         let draft_done = Instant::now();
+        if self.speculation.is_some() {
+            iteration.draft_time = Some(draft_done - draft_start);
+        }
         tracing::debug!(
             rows = plan.num_batched_tokens(),
             forward_ms = ms(forward_done - forward_start),

@@ -17,6 +17,42 @@ pub struct SpecDecodeReport {
     pub prompt_tokens: u64,
     /// Wall time of the `generate` call.
     pub wall_time: Duration,
+    /// What the run's engine steps spent on the target's forward pass and on drafting.
+    pub step_times: StepTimes,
+}
+
+/// The mean time of an engine step's phases, from the step-time histograms.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct StepTimes {
+    /// Engine steps whose forward pass was timed.
+    pub steps: u64,
+    /// Mean time of a step's forward pass through the target.
+    pub forward: Duration,
+    /// Mean time of the drafter's call after a step's forward pass (zero without a drafter).
+    pub drafting: Duration,
+}
+
+impl StepTimes {
+    /// The means of the [`Family::ModelForwardTime`] and [`Family::SpecDecodeDraftTime`]
+    /// histograms of `delta`.
+    pub fn from_snapshot(delta: &Snapshot, namespace: Namespace) -> Self {
+        let histogram = |family: Family| {
+            delta
+                .histogram_total(&family.name(namespace))
+                .ok()
+                .flatten()
+                .map_or((0, 0.0), |h| (h.count, h.sum))
+        };
+        let mean = |(count, sum): (u64, f64)| {
+            Duration::from_secs_f64(if count > 0 { sum / count as f64 } else { 0.0 })
+        };
+        let forward = histogram(Family::ModelForwardTime);
+        StepTimes {
+            steps: forward.0,
+            forward: mean(forward),
+            drafting: mean(histogram(Family::SpecDecodeDraftTime)),
+        }
+    }
 }
 
 impl SpecDecodeReport {
@@ -28,6 +64,7 @@ impl SpecDecodeReport {
             generation_tokens: counter(Family::GenerationTokens),
             prompt_tokens: counter(Family::PromptTokens),
             wall_time,
+            step_times: StepTimes::from_snapshot(delta, namespace),
         }
     }
 
@@ -61,6 +98,15 @@ impl fmt::Display for SpecDecodeReport {
         }
         writeln!(f, "wall time: {:.2} s", self.wall_time.as_secs_f64())?;
         writeln!(f, "output tokens/s: {:.1}", self.output_tokens_per_second())?;
+        let times = &self.step_times;
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        writeln!(
+            f,
+            "mean step: forward {:.2} ms, drafting {:.2} ms ({} steps)",
+            ms(times.forward),
+            ms(times.drafting),
+            times.steps
+        )?;
         write!(f, "{}", "-".repeat(50))
     }
 }
@@ -68,7 +114,7 @@ impl fmt::Display for SpecDecodeReport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use aquila_metrics::{EventSink, Recorder, RecorderConfig, SpecDecodeEvent};
+    use aquila_metrics::{EventSink, IterationStats, Recorder, RecorderConfig, SpecDecodeEvent};
 
     #[test]
     fn report_reads_the_worked_example_from_a_snapshot() {
@@ -88,6 +134,13 @@ mod tests {
                 num_accepted_tokens: accepted,
             });
         }
+        for (forward_ms, draft_ms) in [(20, 3), (30, 2)] {
+            recorder.record_iteration(&IterationStats {
+                forward_time: Some(Duration::from_millis(forward_ms)),
+                draft_time: Some(Duration::from_millis(draft_ms)),
+                ..IterationStats::default()
+            });
+        }
         let delta = recorder.snapshot().delta(&before).unwrap();
         let report =
             SpecDecodeReport::from_snapshot(&delta, Namespace::Aquila, Duration::from_secs(2));
@@ -96,5 +149,9 @@ mod tests {
         let text = report.to_string();
         assert!(text.contains("mean acceptance length: 2.80"), "{text}");
         assert!(text.contains("acceptance at token 2: 0.20"), "{text}");
+        assert!(
+            text.contains("mean step: forward 25.00 ms, drafting 2.50 ms (2 steps)"),
+            "{text}"
+        );
     }
 }

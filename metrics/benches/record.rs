@@ -36,10 +36,13 @@ fn record(c: &mut Criterion) {
         num_generation_tokens: 12,
         time_to_first_tokens: Vec::new(),
         inter_token_latencies: vec![std::time::Duration::from_millis(21); 4],
+        forward_time: Some(std::time::Duration::from_millis(20)),
+        draft_time: Some(std::time::Duration::from_millis(3)),
     };
-    c.bench_function("record_iteration (4 inter-token latencies)", |b| {
-        b.iter(|| recorder.record_iteration(black_box(&step)))
-    });
+    c.bench_function(
+        "record_iteration (4 inter-token latencies, step times)",
+        |b| b.iter(|| recorder.record_iteration(black_box(&step))),
+    );
 }
 
 fn snapshot(c: &mut Criterion) {

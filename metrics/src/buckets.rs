@@ -24,6 +24,12 @@ pub const INTER_TOKEN_LATENCY_BUCKETS: &[f64] = &[
     40.0, 80.0,
 ];
 
+/// Upper bounds (seconds) for the phases of one engine step: the target's forward pass and the
+/// drafter's call after it.
+pub const STEP_TIME_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0,
+];
 /// Upper bounds (tokens) for the number of tokens one engine step processes.
 pub const ITERATION_TOKENS_BUCKETS: &[f64] = &[
     1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0,
@@ -53,17 +59,20 @@ pub enum BucketSet {
     RequestTokens,
     /// Draft positions per verified draft.
     DraftLength,
+    /// The target's forward pass and the drafter's call of one engine step (seconds).
+    StepTime,
 }
 
 impl BucketSet {
     /// Every bucket set, in declaration order.
-    pub const ALL: [BucketSet; 6] = [
+    pub const ALL: [BucketSet; 7] = [
         BucketSet::RequestLatency,
         BucketSet::TimeToFirstToken,
         BucketSet::InterTokenLatency,
         BucketSet::IterationTokens,
         BucketSet::RequestTokens,
         BucketSet::DraftLength,
+        BucketSet::StepTime,
     ];
 
     /// The vLLM name of this set, as used by its `--custom-histogram-buckets` option.
@@ -75,6 +84,7 @@ impl BucketSet {
             BucketSet::IterationTokens => "iteration_tokens",
             BucketSet::RequestTokens => "request_tokens",
             BucketSet::DraftLength => "draft_length",
+            BucketSet::StepTime => "step_time",
         }
     }
 
@@ -88,6 +98,7 @@ impl BucketSet {
             BucketSet::IterationTokens => ITERATION_TOKENS_BUCKETS.to_vec(),
             BucketSet::RequestTokens => one_two_five_buckets(max_model_len),
             BucketSet::DraftLength => DRAFT_LENGTH_BUCKETS.to_vec(),
+            BucketSet::StepTime => STEP_TIME_BUCKETS.to_vec(),
         }
     }
 

@@ -78,11 +78,16 @@ pub enum Family {
     RequestGenerationTokens,
     /// Histogram: tokens (prompt and generation) one engine step processed.
     IterationTokens,
+    /// Histogram: the target model's forward pass of each engine step (seconds).
+    ModelForwardTime,
+    /// Histogram: the drafter's call after each engine step's forward pass, taking in the
+    /// step's rows and drafting the next tokens (seconds; engines with a drafter only).
+    SpecDecodeDraftTime,
 }
 
 impl Family {
     /// Every family, in the order the catalog lists them.
-    pub const ALL: [Family; 23] = [
+    pub const ALL: [Family; 25] = [
         Family::NumRequestsRunning,
         Family::NumRequestsWaiting,
         Family::KvCacheUsage,
@@ -106,6 +111,8 @@ impl Family {
         Family::RequestPromptTokens,
         Family::RequestGenerationTokens,
         Family::IterationTokens,
+        Family::ModelForwardTime,
+        Family::SpecDecodeDraftTime,
     ];
 
     /// The Prometheus type of this family.
@@ -156,6 +163,8 @@ impl Family {
                 Namespace::Vllm => "iteration_tokens_total",
                 Namespace::Aquila => "iteration_tokens",
             },
+            ModelForwardTime => "model_forward_time_seconds",
+            SpecDecodeDraftTime => "spec_decode_draft_time_seconds",
         }
     }
 
@@ -210,6 +219,13 @@ impl Family {
             RequestPromptTokens => "Prompt tokens per finished request.",
             RequestGenerationTokens => "Generated tokens per finished request.",
             IterationTokens => "Tokens (prompt and generation) processed per engine step.",
+            ModelForwardTime => {
+                "Time of the target model's forward pass per engine step, in seconds."
+            }
+            SpecDecodeDraftTime => {
+                "Time of the drafter's call per engine step (taking in the step's rows, drafting \
+                 the next tokens), in seconds."
+            }
         }
     }
 
@@ -240,6 +256,7 @@ impl Family {
             RequestPromptTokens | RequestGenerationTokens => Some(BucketSet::RequestTokens),
             IterationTokens => Some(BucketSet::IterationTokens),
             SpecDecodeDraftLength => Some(BucketSet::DraftLength),
+            ModelForwardTime | SpecDecodeDraftTime => Some(BucketSet::StepTime),
             _ => None,
         }
     }

@@ -90,6 +90,14 @@ fn a_batch_run_is_counted_exactly() {
         iteration.sum as usize,
         prompt_tokens + aborted_prompt + generated + 1
     );
+    let forward = histogram(&delta, Family::ModelForwardTime);
+    assert_eq!(forward.count, iteration.count, "one forward pass per step");
+    assert!(forward.sum > 0.0, "forward passes take time");
+    assert_eq!(
+        histogram(&delta, Family::SpecDecodeDraftTime).count,
+        0,
+        "an engine without a drafter never drafts"
+    );
 
     assert_eq!(successes(&delta, "length"), n);
     assert_eq!(successes(&delta, "stop"), 0);

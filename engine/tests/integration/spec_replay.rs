@@ -5,7 +5,7 @@
 use crate::common;
 
 use aquila_engine::{DraftLength, Llm, Prompt, RequestOutput, SamplingParams};
-use aquila_metrics::SpecDecodeSummary;
+use aquila_metrics::{Family, SpecDecodeSummary};
 use common::spec::{greedy_baseline, replaying_engine, run};
 use common::{config, greedy, tiny_model};
 
@@ -53,6 +53,22 @@ fn a_perfect_drafter_reaches_acceptance_length_k_plus_one() {
     let summary = assert_counts_match_snapshot(&llm, &outputs);
     assert_eq!(summary.mean_acceptance_length(), (K + 1) as f64);
     assert_eq!(summary.per_position_acceptance_rates(), vec![1.0; K]);
+    // Every step times its forward pass and the drafter's call after it.
+    let snapshot = llm.get_metrics();
+    let histogram = |family: Family| {
+        snapshot
+            .histogram_total(&family.name(llm.metrics_namespace()))
+            .unwrap()
+            .unwrap_or_else(|| panic!("{family:?} is recorded"))
+    };
+    let steps = histogram(Family::IterationTokens).count;
+    let (forward, drafting) = (
+        histogram(Family::ModelForwardTime),
+        histogram(Family::SpecDecodeDraftTime),
+    );
+    assert!(steps as usize > VERIFIES, "a prefill and the verifications");
+    assert_eq!((forward.count, drafting.count), (steps, steps));
+    assert!(forward.sum > 0.0 && drafting.sum > 0.0);
 }
 
 #[test]

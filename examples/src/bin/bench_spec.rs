@@ -1,7 +1,7 @@
 //! Speculative decoding at temperature 0 (on the CPU unless `--device` says otherwise; `--dtype
 //! q8_0` or `bf16` for packed target weights): baseline tokens/s, then n-gram, EAGLE-1 and
 //! (with a shipped or given head) EAGLE-3 drafting with a fixed k (tokens/s, mean acceptance
-//! length, speedup), and the cost of one verification step of k + 1 rows relative to a one-row
+//! length, speedup, the drafter's mean time per engine step), and the cost of one verification step of k + 1 rows relative to a one-row
 //! decode step, which decides whether speculation can pay here. Then the adaptive draft length
 //! of every drafter at several numbers of requests in flight, each against the plain engine at
 //! the same number, and the best fixed k of every drafter with one request in flight.
@@ -172,6 +172,17 @@ impl Row {
     /// round.
     fn speedup_over(&self, reference: &Row) -> f64 {
         median(self.round_speedups(reference))
+    }
+
+    /// Median over the rounds of the drafter's mean time per engine step, in milliseconds (0
+    /// without a drafter).
+    fn drafting_ms(&self) -> f64 {
+        median(
+            self.rounds
+                .iter()
+                .map(|r| r.step_times.drafting.as_secs_f64() * 1e3)
+                .collect(),
+        )
     }
 
     /// Mean acceptance length over all rounds' drafts (1 without drafts).
@@ -357,8 +368,8 @@ fn main() -> Result<()> {
 /// Prints the column headers, the first one named `first`.
 fn print_header(first: &str) {
     println!(
-        "{:<24} {:>10} {:>12} {:>9} {:>8}",
-        first, "tokens/s", "mean accept", "speedup", "match"
+        "{:<24} {:>10} {:>12} {:>9} {:>8} {:>9}",
+        first, "tokens/s", "mean accept", "speedup", "match", "draft ms"
     );
 }
 
@@ -403,13 +414,14 @@ fn print_row(row: &Row, reference: &Row) {
         .filter(|(a, b)| a == b)
         .count();
     println!(
-        "{:<24} {:>10.1} {:>12.2} {:>8.2}x {:>5}/{}",
+        "{:<24} {:>10.1} {:>12.2} {:>8.2}x {:>5}/{:<2} {:>9.2}",
         row.name,
         row.tokens_per_second(),
         row.mean_acceptance_length(),
         row.speedup_over(reference),
         matching,
-        row.token_ids.len()
+        row.token_ids.len(),
+        row.drafting_ms()
     );
 }
 

@@ -35,6 +35,8 @@ struct EngineSeries {
     request_prompt_tokens: Histogram,
     request_generation_tokens: Histogram,
     iteration_tokens: Histogram,
+    model_forward_time: Histogram,
+    draft_time: Histogram,
 }
 
 /// Records the statistics of one engine (one `engine` label value) of a
@@ -86,6 +88,8 @@ impl EngineRecorder {
             request_prompt_tokens: bind(&families.request_prompt_tokens, &labels)?,
             request_generation_tokens: bind(&families.request_generation_tokens, &labels)?,
             iteration_tokens: bind(&families.iteration_tokens, &labels)?,
+            model_forward_time: bind(&families.model_forward_time, &labels)?,
+            draft_time: bind(&families.draft_time, &labels)?,
         };
         Ok(EngineRecorder {
             series: Arc::new(series),
@@ -98,7 +102,8 @@ impl EngineRecorder {
     }
 
     /// Records one engine step: adds its prompt and generation tokens, observes the step's token
-    /// count and every time to first token and inter-token latency it carries.
+    /// count, every time to first token and inter-token latency it carries, and the times of its
+    /// forward pass and drafting call where it has them.
     pub fn record_iteration(&self, stats: &IterationStats) {
         let s = &self.series;
         s.prompt_tokens.inc_by(stats.num_prompt_tokens);
@@ -106,6 +111,8 @@ impl EngineRecorder {
         s.iteration_tokens.observe(stats.num_tokens() as f64);
         observe_all(&s.time_to_first_token, &stats.time_to_first_tokens);
         observe_all(&s.inter_token_latency, &stats.inter_token_latencies);
+        observe_all(&s.model_forward_time, stats.forward_time.as_slice());
+        observe_all(&s.draft_time, stats.draft_time.as_slice());
     }
 
     /// Records the scheduler's state: sets the running, waiting and KV-usage gauges and adds the

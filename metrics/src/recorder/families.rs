@@ -32,6 +32,8 @@ pub(crate) struct Families {
     pub(crate) request_prompt_tokens: HistogramVec,
     pub(crate) request_generation_tokens: HistogramVec,
     pub(crate) iteration_tokens: HistogramVec,
+    pub(crate) model_forward_time: HistogramVec,
+    pub(crate) draft_time: HistogramVec,
 }
 
 impl Families {
@@ -65,6 +67,8 @@ impl Families {
             request_prompt_tokens: r.histogram(Family::RequestPromptTokens)?,
             request_generation_tokens: r.histogram(Family::RequestGenerationTokens)?,
             iteration_tokens: r.histogram(Family::IterationTokens)?,
+            model_forward_time: r.histogram(Family::ModelForwardTime)?,
+            draft_time: r.histogram(Family::SpecDecodeDraftTime)?,
         })
     }
 }

@@ -21,6 +21,11 @@ pub struct IterationStats {
     pub time_to_first_tokens: Vec<Duration>,
     /// Inter-token latency of each request that emitted a later token in this step.
     pub inter_token_latencies: Vec<Duration>,
+    /// Time of the step's forward pass through the target model (`None`: not measured).
+    pub forward_time: Option<Duration>,
+    /// Time of the drafter's call after the forward pass, which takes in the step's rows and
+    /// drafts the next tokens (`None`: the engine has no drafter).
+    pub draft_time: Option<Duration>,
 }
 
 impl IterationStats {

@@ -42,6 +42,8 @@ fn concurrent_recording_loses_nothing() {
                         num_generation_tokens: 1,
                         time_to_first_tokens: Vec::new(),
                         inter_token_latencies: vec![Duration::from_millis(20)],
+                        forward_time: Some(Duration::from_millis(20)),
+                        draft_time: None,
                     });
                     if i % 10 == 0 {
                         engine.record_finished(&FinishedRequestStats {

@@ -13,4 +13,5 @@ mod log_lines;
 mod promtool;
 mod readme_families;
 mod spec_decode_metrics;
+mod step_times;
 mod vllm_reader_port;
