@@ -1,7 +1,7 @@
 //! The vLLM-style speculative-decoding report of the eagle example, computed from a metrics
 //! snapshot only: this is the reference use of the snapshot API.
 
-use aquila_metrics::{Family, Namespace, Snapshot, SpecDecodeSummary};
+use aquila_metrics::{Family, Namespace, Snapshot, SpecDecodeSummary, StepTimeSummary};
 use serde::Serialize;
 use std::fmt;
 use std::time::Duration;
@@ -18,41 +18,7 @@ pub struct SpecDecodeReport {
     /// Wall time of the `generate` call.
     pub wall_time: Duration,
     /// What the run's engine steps spent on the target's forward pass and on drafting.
-    pub step_times: StepTimes,
-}
-
-/// The mean time of an engine step's phases, from the step-time histograms.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct StepTimes {
-    /// Engine steps whose forward pass was timed.
-    pub steps: u64,
-    /// Mean time of a step's forward pass through the target.
-    pub forward: Duration,
-    /// Mean time of the drafter's call after a step's forward pass (zero without a drafter).
-    pub drafting: Duration,
-}
-
-impl StepTimes {
-    /// The means of the [`Family::ModelForwardTime`] and [`Family::SpecDecodeDraftTime`]
-    /// histograms of `delta`.
-    pub fn from_snapshot(delta: &Snapshot, namespace: Namespace) -> Self {
-        let histogram = |family: Family| {
-            delta
-                .histogram_total(&family.name(namespace))
-                .ok()
-                .flatten()
-                .map_or((0, 0.0), |h| (h.count, h.sum))
-        };
-        let mean = |(count, sum): (u64, f64)| {
-            Duration::from_secs_f64(if count > 0 { sum / count as f64 } else { 0.0 })
-        };
-        let forward = histogram(Family::ModelForwardTime);
-        StepTimes {
-            steps: forward.0,
-            forward: mean(forward),
-            drafting: mean(histogram(Family::SpecDecodeDraftTime)),
-        }
-    }
+    pub step_times: StepTimeSummary,
 }
 
 impl SpecDecodeReport {
@@ -64,7 +30,7 @@ impl SpecDecodeReport {
             generation_tokens: counter(Family::GenerationTokens),
             prompt_tokens: counter(Family::PromptTokens),
             wall_time,
-            step_times: StepTimes::from_snapshot(delta, namespace),
+            step_times: StepTimeSummary::from_snapshot(delta, namespace),
         }
     }
 

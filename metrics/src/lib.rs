@@ -10,7 +10,8 @@
 //! * [`Recorder::snapshot`] returns a typed [`Snapshot`] ([`Counter`], [`Gauge`], [`Histogram`],
 //!   [`Vector`]); [`Snapshot::delta`] measures an interval without resetting anything.
 //! * [`SpecDecodeSummary`] and [`EngineSummary`] derive acceptance length, acceptance rates and
-//!   throughputs; [`StatsLogger`] logs them periodically through `tracing`.
+//!   throughputs, [`StepTimeSummary`] the mean time of a step's forward pass and drafting call;
+//!   [`StatsLogger`] logs the first two periodically through `tracing`.
 //! * [`Recorder::exposition_text`] and [`MetricsServer`] (`GET /metrics`) export the families to
 //!   Prometheus; [`Namespace::Vllm`] gives names identical to vLLM's.
 //!
@@ -75,7 +76,7 @@ pub use snapshot::{
     format_labels, Bucket, Counter, Gauge, Histogram, Labels, Metric, Snapshot, Vector,
 };
 pub use stats::{FinishReason, FinishedRequestStats, IterationStats, KvCacheUsage, SchedulerStats};
-pub use summary::{EngineSummary, SpecDecodeSummary};
+pub use summary::{EngineSummary, SpecDecodeSummary, StepTimeSummary};
 
 /// The README's examples, compiled (and, unless marked `no_run`, run) as doctests.
 #[cfg(doctest)]

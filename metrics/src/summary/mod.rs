@@ -1,13 +1,15 @@
-//! Figures derived from a snapshot or a delta: speculative-decoding acceptance and engine
-//! throughput.
+//! Figures derived from a snapshot or a delta: speculative-decoding acceptance, engine
+//! throughput and the time of a step's phases.
 
 mod engine;
 mod spec_decode;
+mod step_times;
 
 use std::time::Duration;
 
 pub use engine::EngineSummary;
 pub use spec_decode::SpecDecodeSummary;
+pub use step_times::StepTimeSummary;
 
 /// `amount` per second over `window`; `None` without a window or over an empty one.
 fn per_second(amount: u64, window: Option<Duration>) -> Option<f64> {
