@@ -30,6 +30,7 @@ pub const STEP_TIME_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5,
     1.0, 2.5, 5.0,
 ];
+
 /// Upper bounds (tokens) for the number of tokens one engine step processes.
 pub const ITERATION_TOKENS_BUCKETS: &[f64] = &[
     1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0,
@@ -59,7 +60,8 @@ pub enum BucketSet {
     RequestTokens,
     /// Draft positions per verified draft.
     DraftLength,
-    /// The target's forward pass and the drafter's call of one engine step (seconds).
+    /// The target's forward pass and the drafter's call of one engine step (seconds; Aquila's
+    /// own set, which vLLM does not have).
     StepTime,
 }
 
@@ -75,7 +77,8 @@ impl BucketSet {
         BucketSet::StepTime,
     ];
 
-    /// The vLLM name of this set, as used by its `--custom-histogram-buckets` option.
+    /// The vLLM name of this set, as used by its `--custom-histogram-buckets` option (for
+    /// [`BucketSet::StepTime`], Aquila's own name in that style).
     pub fn key(self) -> &'static str {
         match self {
             BucketSet::RequestLatency => "request_latency",

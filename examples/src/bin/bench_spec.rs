@@ -1,10 +1,11 @@
 //! Speculative decoding at temperature 0 (on the CPU unless `--device` says otherwise; `--dtype
 //! q8_0` or `bf16` for packed target weights): baseline tokens/s, then n-gram, EAGLE-1 and
 //! (with a shipped or given head) EAGLE-3 drafting with a fixed k (tokens/s, mean acceptance
-//! length, speedup, the drafter's mean time per engine step), and the cost of one verification step of k + 1 rows relative to a one-row
-//! decode step, which decides whether speculation can pay here. Then the adaptive draft length
-//! of every drafter at several numbers of requests in flight, each against the plain engine at
-//! the same number, and the best fixed k of every drafter with one request in flight.
+//! length, speedup, the drafter's mean time per engine step), and the cost of one verification
+//! step of k + 1 rows relative to a one-row decode step, which decides whether speculation can
+//! pay here. Then the adaptive draft length of every drafter at several numbers of requests in
+//! flight, each against the plain engine at the same number, and the best fixed k of every
+//! drafter with one request in flight.
 //!
 //! Configurations compared with each other run as a group: their engines share one copy of the
 //! weights and are all started and warmed up; then, for `--rounds` rounds, every engine takes

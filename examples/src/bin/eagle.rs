@@ -245,9 +245,10 @@ fn main() -> Result<()> {
             .map(|(spec, base)| base.busy.as_secs_f64() / spec.busy.as_secs_f64().max(f64::EPSILON))
             .collect();
         println!(
-            "baseline: {:.2} s, {:.1} output tokens/s",
+            "baseline: {:.2} s, {:.1} output tokens/s, mean step: forward {:.2} ms",
             base_report.wall_time.as_secs_f64(),
-            base_report.output_tokens_per_second()
+            base_report.output_tokens_per_second(),
+            base_report.step_times.forward.as_secs_f64() * 1e3
         );
         let per_round: Vec<String> = ratios.iter().map(|r| format!("{r:.2}x")).collect();
         println!(
