@@ -88,6 +88,8 @@ fn every_metric_the_dashboard_queries_is_exposed() {
         "aquila_inter_token_latency_seconds_bucket",
         "aquila_kv_cache_usage_perc",
         "aquila_num_requests_waiting",
+        "aquila_model_forward_time_seconds_sum",
+        "aquila_spec_decode_draft_time_seconds_sum",
     ] {
         assert!(
             queried.contains(family),
