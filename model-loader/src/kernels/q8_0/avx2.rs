@@ -12,12 +12,12 @@
 //! out in the order 0, 1, 4, 5, 2, 3, 6, 7, which the scales follow and the store undoes. The
 //! integers are those of the VNNI kernel (at most `32 · 127 · 16,256` per block).
 
-use super::{InputPrecision, Output, QuantizedRows};
+use super::{Output, QuantizedRows};
 use crate::quant::{Q8_0Matrix, Q8_0_BLOCK, Q8_0_GROUP};
 use std::arch::x86_64::*;
 
 /// Input rows one call multiplies: two `i32` sums and two `f32` accumulators per row, beside
-/// the weights.
+/// the weights (the dispatch in [`super::project_groups`] lists the row counts 1 to this).
 pub(super) const MAX_ROWS: usize = 3;
 
 /// How far ahead (in bytes) the kernel prefetches weights, every cache line, into L2 (on a
@@ -31,7 +31,7 @@ const PREFETCH_BYTES: usize = 16 * 1024;
 /// AVX2, FMA and F16C must be available; the group and rows must exist, the inputs be of the
 /// precision `SPLIT` names and the output be writable as [`super::project_groups`] requires.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn group_dots<const H: usize, const SPLIT: bool>(
+pub(super) unsafe fn group_dots<const H: usize, const SPLIT: bool>(
     w: &Q8_0Matrix,
     group: usize,
     x: &QuantizedRows,
@@ -153,51 +153,4 @@ fn wide_dots(rows: [__m256i; 2], four: __m256i) -> __m256i {
         _mm256_madd_epi16(rows[0], four),
         _mm256_madd_epi16(rows[1], four),
     )
-}
-
-/// [`group_dots`] for `height` input rows (1 to [`MAX_ROWS`]) at the inputs' own precision.
-///
-/// # Safety
-/// As for [`group_dots`], with split inputs carrying their 16-bit values.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn rows_dots(
-    height: usize,
-    w: &Q8_0Matrix,
-    group: usize,
-    x: &QuantizedRows,
-    row0: usize,
-    bias: Option<&[f32]>,
-    out: Output,
-) {
-    // SAFETY: the caller's guarantees, and `SPLIT` follows the inputs' precision.
-    unsafe {
-        match x.precision {
-            InputPrecision::Byte => of_height::<false>(height, w, group, x, row0, bias, out),
-            InputPrecision::Split => of_height::<true>(height, w, group, x, row0, bias, out),
-        }
-    }
-}
-
-/// [`group_dots`] for a runtime `height`.
-///
-/// # Safety
-/// As for [`group_dots`].
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn of_height<const SPLIT: bool>(
-    height: usize,
-    w: &Q8_0Matrix,
-    group: usize,
-    x: &QuantizedRows,
-    row0: usize,
-    bias: Option<&[f32]>,
-    out: Output,
-) {
-    // SAFETY: the caller's guarantees.
-    unsafe {
-        match height {
-            1 => group_dots::<1, SPLIT>(w, group, x, row0, bias, out),
-            2 => group_dots::<2, SPLIT>(w, group, x, row0, bias, out),
-            _ => group_dots::<3, SPLIT>(w, group, x, row0, bias, out),
-        }
-    }
 }

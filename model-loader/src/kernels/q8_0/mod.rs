@@ -69,16 +69,12 @@ pub(super) unsafe fn project_groups(
                 // SAFETY: AVX-512 F/BW/VL/VNNI and F16C are available (checked above); the
                 // asserts above bound the group and rows, and the caller the output.
                 unsafe {
-                    match x.precision {
-                        InputPrecision::Byte => dispatch_height!(
-                            height,
-                            avx512::group_dots[false](w, group, x, row0, bias, out)
-                        ),
-                        InputPrecision::Split => dispatch_height!(
-                            height,
-                            avx512::group_dots[true](w, group, x, row0, bias, out)
-                        ),
-                    }
+                    dispatch_rows!(
+                        x.precision,
+                        height,
+                        [1, 2, 3, 4, 5, 6],
+                        avx512::group_dots(w, group, x, row0, bias, out)
+                    )
                 };
                 row0 += height;
                 continue;
@@ -89,7 +85,14 @@ pub(super) unsafe fn project_groups(
                 // SAFETY: AVX2, FMA and F16C are available (checked above); the asserts above
                 // bound the group and rows, and the caller the output; split inputs carry their
                 // 16-bit values where this kernel runs.
-                unsafe { avx2::rows_dots(height, w, group, x, row0, bias, out) };
+                unsafe {
+                    dispatch_rows!(
+                        x.precision,
+                        height,
+                        [1, 2, 3],
+                        avx2::group_dots(w, group, x, row0, bias, out)
+                    )
+                };
                 row0 += height;
                 continue;
             }
@@ -164,22 +167,28 @@ pub(super) fn has_vnni() -> bool {
     })
 }
 
-/// Calls the `unsafe` kernel `$kernel::<H, $split>($args)` for the runtime `$height` (1 to
-/// [`MAX_ROWS_PER_CALL`]).
-macro_rules! dispatch_height {
-    ($height:expr, $($kernel:ident)::+ [$split:expr] ($($arg:expr),*)) => {
+/// Calls the `unsafe` kernel `$module::$kernel::<H, SPLIT>$args` for the runtime `$height`,
+/// one of the row counts `$heights` the kernel is built for, with `SPLIT` following the inputs'
+/// `$precision` ([`InputPrecision::Split`]): one dispatch for every CPU's kernel.
+macro_rules! dispatch_rows {
+    ($precision:expr, $height:expr, [$($h:literal),+], $module:ident::$kernel:ident $args:tt) => {
+        match $precision {
+            InputPrecision::Byte => {
+                dispatch_rows!(@rows $height, [$($h),+], $module::$kernel::<false> $args)
+            }
+            InputPrecision::Split => {
+                dispatch_rows!(@rows $height, [$($h),+], $module::$kernel::<true> $args)
+            }
+        }
+    };
+    (@rows $height:expr, [$($h:literal),+], $module:ident::$kernel:ident::<$split:literal> $args:tt) => {
         match $height {
-            1 => $($kernel)::+::<1, $split>($($arg),*),
-            2 => $($kernel)::+::<2, $split>($($arg),*),
-            3 => $($kernel)::+::<3, $split>($($arg),*),
-            4 => $($kernel)::+::<4, $split>($($arg),*),
-            5 => $($kernel)::+::<5, $split>($($arg),*),
-            6 => $($kernel)::+::<6, $split>($($arg),*),
-            _ => unreachable!("at most MAX_ROWS_PER_CALL input rows per call"),
+            $($h => $module::$kernel::<$h, $split> $args,)+
+            _ => unreachable!("a kernel is called only with a row count it is built for"),
         }
     };
 }
-use dispatch_height;
+use dispatch_rows;
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
@@ -348,7 +357,12 @@ mod tests {
                     Kernel::Avx2 => {
                         assert!(crate::kernels::has_avx2());
                         for row in 0..x.rows() {
-                            avx2::rows_dots(1, w, group, x, row, Some(bias), output);
+                            dispatch_rows!(
+                                x.precision,
+                                1,
+                                [1],
+                                avx2::group_dots(w, group, x, row, Some(bias), output)
+                            );
                         }
                     }
                     #[cfg(not(target_arch = "x86_64"))]
