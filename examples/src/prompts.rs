@@ -4,7 +4,7 @@ use aquila_engine::Prompt;
 use aquila_model_loader::tokenizer::ChatMessage;
 use serde::Deserialize;
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 /// One line of a prompts file: exactly one of the three forms.
@@ -97,6 +97,16 @@ pub fn read_prompts_file(path: &Path) -> Result<Vec<Prompt>, PromptsFileError> {
         source,
     })?;
     parse_prompts_jsonl(&text, &origin)
+}
+
+/// The prompts of every file of `paths`, file after file (see [`read_prompts_file`]): sets
+/// pooled into one run.
+pub fn read_prompts_files(paths: &[PathBuf]) -> Result<Vec<Prompt>, PromptsFileError> {
+    let mut prompts = Vec::new();
+    for path in paths {
+        prompts.extend(read_prompts_file(path)?);
+    }
+    Ok(prompts)
 }
 
 /// The built-in chat prompts of the eagle example: everyday questions, instructions, a story,
@@ -214,6 +224,22 @@ mod tests {
             parse_prompts_jsonl("\n\n", "p"),
             Err(PromptsFileError::Empty { .. })
         ));
+    }
+
+    #[test]
+    fn pooled_files_keep_their_order_and_errors_name_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let (first, second) = (dir.path().join("a.jsonl"), dir.path().join("b.jsonl"));
+        std::fs::write(&first, "{\"prompt\": \"a1\"}\n{\"prompt\": \"a2\"}\n").unwrap();
+        std::fs::write(&second, "{\"prompt\": \"b1\"}\n").unwrap();
+        let pooled = read_prompts_files(&[second.clone(), first.clone()]).unwrap();
+        let texts = ["b1", "a1", "a2"].map(|t| Prompt::Text(t.into()));
+        assert_eq!(pooled, texts);
+        let missing = dir.path().join("missing.jsonl");
+        let err = read_prompts_files(&[first, missing.clone()])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(&missing.display().to_string()), "{err}");
     }
 
     #[test]

@@ -11,7 +11,7 @@ use aquila_engine::{
 use aquila_examples::device::{DeviceArgs, DeviceChoice};
 use aquila_examples::interleaved::{run_interleaved, InterleavedRun};
 use aquila_examples::paths::default_model_dir;
-use aquila_examples::prompts::{builtin_chat_prompts, read_prompts_file};
+use aquila_examples::prompts::{builtin_chat_prompts, read_prompts_files};
 use aquila_examples::report::SpecDecodeReport;
 use aquila_examples::speculative_options::SpeculativeOptions;
 use aquila_examples::stats::median;
@@ -36,13 +36,15 @@ struct Args {
     /// Output tokens per request.
     #[arg(long, default_value_t = 64)]
     max_tokens: usize,
-    /// Number of prompts (built-in set, cycled; or the first N of the prompts file).
+    /// Number of prompts (built-in set, cycled; or the first N of the prompts files' prompts).
     #[arg(long)]
     num_prompts: Option<usize>,
     /// JSON Lines prompts file (`{"prompt": ...}`, `{"prompt_token_ids": [...]}` or
-    /// `{"messages": [...]}` per line) instead of the built-in chat prompts.
+    /// `{"messages": [...]}` per line) instead of the built-in chat prompts. Repeat it to pool
+    /// several sets: their prompts run together, file after file, and the report's acceptance
+    /// is over all of them.
     #[arg(long)]
-    prompts_file: Option<PathBuf>,
+    prompts_file: Vec<PathBuf>,
     /// Print every prompt's output.
     #[arg(long)]
     print_outputs: bool,
@@ -75,9 +77,10 @@ struct Args {
 }
 
 fn load_prompts(args: &Args) -> Result<Vec<Prompt>> {
-    let mut prompts = match &args.prompts_file {
-        Some(path) => read_prompts_file(path)?,
-        None => builtin_chat_prompts(args.num_prompts.unwrap_or(8)),
+    let mut prompts = if args.prompts_file.is_empty() {
+        builtin_chat_prompts(args.num_prompts.unwrap_or(8))
+    } else {
+        read_prompts_files(&args.prompts_file)?
     };
     if let Some(n) = args.num_prompts {
         prompts.truncate(n);
