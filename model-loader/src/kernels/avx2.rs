@@ -100,14 +100,17 @@ pub(super) unsafe fn dot_rows(
     }
 }
 
-/// Input rows that one pass over a weight row multiplies: with [`ACCUMULATORS`] each, eight
-/// accumulators in all. Taller inputs pass over the row again, from L1.
-pub(super) const ROW_GROUP: usize = 2;
+/// Input rows that one pass over a weight row multiplies: with [`ACCUMULATORS`] each, twelve
+/// accumulators in all, beside one weight vector, within the 16 vector registers. A k = 3
+/// verification's four rows meet each weight line in one pass, so the line's arithmetic is
+/// spread evenly over the stream rather than repeated from L1 while no load is in flight.
+/// Taller inputs pass over the row again, from L1.
+pub(super) const ROW_GROUP: usize = 4;
 
 /// Independent accumulators per input row, enough chains in flight to hide the latency of the
 /// FMAs. The same for every group size, so that a row's dot product is summed in one order
 /// whatever the number of input rows beside it: a request's logits do not depend on the batch.
-const ACCUMULATORS: usize = 4;
+const ACCUMULATORS: usize = 3;
 
 /// [`dot_rows`] for rows of bfloat16 (`BF16`) or `f32` values.
 ///
@@ -134,7 +137,9 @@ unsafe fn dot_rows_of<const BF16: bool>(
             unsafe {
                 match group {
                     1 => row_dots::<1, BF16>(row, x, d_in, &mut dots),
-                    _ => row_dots::<2, BF16>(row, x, d_in, &mut dots),
+                    2 => row_dots::<2, BF16>(row, x, d_in, &mut dots),
+                    3 => row_dots::<3, BF16>(row, x, d_in, &mut dots),
+                    _ => row_dots::<4, BF16>(row, x, d_in, &mut dots),
                 }
             }
             for (r, &dot) in dots.iter().enumerate().take(group) {
