@@ -18,7 +18,7 @@ use std::arch::x86_64::*;
 
 /// Input rows one call multiplies: two `i32` sums and two `f32` accumulators per row, beside
 /// the weights (the dispatch in [`super::project_groups`] lists the row counts 1 to this).
-pub(super) const MAX_ROWS: usize = 3;
+pub(super) const MAX_ROWS: usize = 4;
 
 /// How far ahead (in bytes) the kernel prefetches weights, every cache line, into L2 (on a
 /// Zen 3 machine the hardware prefetchers alone left decoding a fifth slower).

@@ -89,7 +89,7 @@ pub(super) unsafe fn project_groups(
                     dispatch_rows!(
                         x.precision,
                         height,
-                        [1, 2, 3],
+                        [1, 2, 3, 4],
                         avx2::group_dots(w, group, x, row0, bias, out)
                     )
                 };
