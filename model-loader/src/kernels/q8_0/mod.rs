@@ -81,6 +81,12 @@ pub(super) unsafe fn project_groups(
             }
             #[cfg(target_arch = "x86_64")]
             if crate::kernels::has_avx2() {
+                const {
+                    assert!(
+                        avx2::MAX_ROWS == 4,
+                        "the dispatch below lists heights 1 to 4"
+                    )
+                };
                 let height = height.min(avx2::MAX_ROWS);
                 // SAFETY: AVX2, FMA and F16C are available (checked above); the asserts above
                 // bound the group and rows, and the caller the output; split inputs carry their

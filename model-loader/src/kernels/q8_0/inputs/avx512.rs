@@ -15,13 +15,7 @@ use std::arch::x86_64::*;
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 pub(super) unsafe fn quantize_row(row: &[f32], precision: InputPrecision, out: RowOut<'_>) {
     let blocks = row.len() / Q8_0_BLOCK;
-    let split = precision == InputPrecision::Split;
-    assert!(
-        out.quants.len() >= blocks * Q8_0_BLOCK
-            && (!split || out.low.len() >= blocks * Q8_0_BLOCK)
-            && out.offsets.len() >= blocks
-            && out.scales.len() >= blocks
-    );
+    assert!(out.holds(blocks, precision));
     let limit = _mm512_set1_ps(precision.limit());
     for b in 0..blocks {
         // SAFETY: block b's 32 values are inside `row`.

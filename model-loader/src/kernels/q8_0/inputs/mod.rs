@@ -132,6 +132,18 @@ struct RowOut<'a> {
     scales: &'a mut [f32],
 }
 
+impl RowOut<'_> {
+    /// Whether there is room for `blocks` blocks at `precision` (low parts only for
+    /// [`InputPrecision::Split`]).
+    fn holds(&self, blocks: usize, precision: InputPrecision) -> bool {
+        let values = blocks * Q8_0_BLOCK;
+        self.quants.len() >= values
+            && (precision == InputPrecision::Byte || self.low.len() >= values)
+            && self.offsets.len() >= blocks
+            && self.scales.len() >= blocks
+    }
+}
+
 /// One row's blocks, on AVX-512 or AVX2 where the CPU has them.
 fn quantize_row(row: &[f32], precision: InputPrecision, out: RowOut<'_>) {
     #[cfg(target_arch = "x86_64")]
