@@ -112,6 +112,12 @@ pub(super) const ROW_GROUP: usize = 4;
 /// whatever the number of input rows beside it: a request's logits do not depend on the batch.
 const ACCUMULATORS: usize = 3;
 
+/// Bytes ahead of the current weight vector that a pass over several input rows asks the
+/// CPU to fetch into L2. The arithmetic of several input rows per weight vector slows the
+/// demand loads enough that the hardware prefetchers alone let the memory stream idle; one
+/// input row keeps up with them unaided, and asks for nothing.
+const PREFETCH_DISTANCE: usize = 2048;
+
 /// [`dot_rows`] for rows of bfloat16 (`BF16`) or `f32` values.
 ///
 /// # Safety
@@ -167,7 +173,14 @@ unsafe fn row_dots<const H: usize, const BF16: bool>(
     let mut acc = [[_mm256_setzero_ps(); ACCUMULATORS]; H];
     let step = 8 * ACCUMULATORS;
     let mut k = 0;
+    let bytes_per_value = if BF16 { 2 } else { 4 };
     while k + step <= d_in {
+        if H > 1 {
+            let ahead = row.wrapping_add(k * bytes_per_value + PREFETCH_DISTANCE);
+            for line in (0..step * bytes_per_value).step_by(64) {
+                _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(line).cast());
+            }
+        }
         for a in 0..ACCUMULATORS {
             // SAFETY: k + 8a + 8 <= d_in, inside the weight row and every input row.
             unsafe {
