@@ -4,8 +4,8 @@
 //! cargo run --release -p aquila-model-loader --example bench_kernels
 //! ```
 //!
-//! Prints microseconds per call and GFLOP/s for attention prefill (512 rows, causal) and decode
-//! (1 row, 600 keys) with 9 query / 3 key-value heads of 64, `silu_mul` on 512x1536, `rms_norm`
+//! Prints microseconds per call and GFLOP/s for attention prefill (512 rows, causal), decode
+//! (1 row, 600 and 200 keys) and a k = 3 verification (4 rows, 200 keys) with 9 query / 3 key-value heads of 64, `silu_mul` on 512x1536, `rms_norm`
 //! on 512x576 and `apply_rope` on 512 rows x 9 heads x 64. Attention is also timed against a
 //! naive scalar implementation (materialized score row, softmax, weighted sum) and the speedup
 //! is printed; the two outputs are checked to agree. Times are the fastest of repeated ~10 ms
@@ -191,6 +191,16 @@ fn main() {
         "attention decode 1x600",
         heads(1, 600),
         Visibility::Causal { cached: 599 },
+    );
+    bench_attention(
+        "attention decode 1x200",
+        heads(1, 200),
+        Visibility::Causal { cached: 199 },
+    );
+    bench_attention(
+        "attention verify 4x200",
+        heads(4, 200),
+        Visibility::Causal { cached: 196 },
     );
 
     let budget = Duration::from_millis(500);

@@ -4,10 +4,11 @@
 //! sum of exponentials and an f32 accumulator of the weighted values (online softmax), so no
 //! score matrix larger than one block of a few queries exists.
 //!
-//! Work is split into tasks of (key/value head, block of [`ROW_BLOCK`] query rows); a task
-//! handles every query head of its key/value group for its rows, so each block of keys and
-//! values is reused from cache by all of them. Tasks run on rayon when the problem is large
-//! enough to pay for it (prefill), serially otherwise (decode).
+//! Work is split into tasks of (key/value head, block of [`ROW_BLOCK`] query rows, or one row
+//! when there are fewer); a task handles every query head of its key/value group for its rows,
+//! so each block of keys and values is reused from cache by all of them. Tasks run on rayon
+//! when the problem is large enough to pay for it (prefill, verification, long contexts),
+//! serially otherwise (decoding a short context).
 //!
 //! The AVX-512 path takes a task's queries a few at a time (a tile: for SmolLM2-135M's 9/3
 //! heads of 64, the three heads of one row) and keeps the tile's query vectors in registers.
@@ -32,8 +33,10 @@ pub const KEY_BLOCK: usize = 64;
 /// Query rows per task.
 pub const ROW_BLOCK: usize = 16;
 
-/// `rows * len * head_dim * num_heads` above which the tasks run on rayon.
-const PARALLEL_MIN_WORK: usize = 1 << 20;
+/// `rows * len * head_dim * num_heads` above which the tasks run on rayon: a k = 3
+/// verification's four rows over a couple of hundred keys, or one row over several hundred, are
+/// worth splitting; a single row over fewer keys is not.
+const PARALLEL_MIN_WORK: usize = 1 << 18;
 
 /// Largest head dimension the AVX-512 path handles (larger ones take the scalar path).
 #[cfg(target_arch = "x86_64")]
@@ -341,10 +344,13 @@ fn attention_with(
 
     let row_width = num_heads * head_dim;
     let group_width = shape.group_size() * head_dim;
-    let mut tasks = Vec::with_capacity(rows.div_ceil(ROW_BLOCK) * num_kv_heads);
-    for (block, out_rows) in out.chunks_mut(ROW_BLOCK * row_width).enumerate() {
+    // Fewer rows than a block (verification, a few decoding rows) get one task per row and
+    // key/value head, so that the two halves of a parallel call are about even.
+    let row_block = if rows < ROW_BLOCK { 1 } else { ROW_BLOCK };
+    let mut tasks = Vec::with_capacity(rows.div_ceil(row_block) * num_kv_heads);
+    for (block, out_rows) in out.chunks_mut(row_block * row_width).enumerate() {
         let mut per_kv_head: Vec<Vec<&mut [f32]>> = (0..num_kv_heads)
-            .map(|_| Vec::with_capacity(ROW_BLOCK))
+            .map(|_| Vec::with_capacity(row_block))
             .collect();
         for out_row in out_rows.chunks_mut(row_width) {
             for (outs, part) in per_kv_head.iter_mut().zip(out_row.chunks_mut(group_width)) {
@@ -357,7 +363,7 @@ fn attention_with(
                 .enumerate()
                 .map(|(kv_head, outs)| Task {
                     kv_head,
-                    first_row: block * ROW_BLOCK,
+                    first_row: block * row_block,
                     outs,
                 }),
         );
