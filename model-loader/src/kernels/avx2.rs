@@ -3,7 +3,8 @@
 //! `f32` and bfloat16 weights (Q8_0 weights have theirs in `super::q8_0`).
 //!
 //! Unlike the AVX-512 kernel, which multiplies tiles of weight rows read side by side and
-//! prefetches ahead, it reads the weight rows one after another ([`dot_rows`]).
+//! prefetches ahead, it reads the weight rows one after another ([`dot_rows`]), prefetching
+//! only where several input rows meet them.
 
 use crate::quant::Bf16Matrix;
 use std::arch::x86_64::*;
@@ -73,9 +74,10 @@ unsafe fn value(row: *const u8, bf16: bool, k: usize) -> f32 {
 /// input rows of `xs` (`[height, d_in]`).
 ///
 /// The weight rows are read one after another, each once: every thread streams one contiguous
-/// run of memory, which the hardware prefetchers follow without help (software prefetches and
-/// tiles of rows read side by side, four streams at once, drew less bandwidth on Zen 3). Each
-/// row, in L1 once loaded, meets the input rows [`ROW_GROUP`] at a time.
+/// run of memory, which the hardware prefetchers follow (tiles of rows read side by side, two
+/// to four streams at once, drew less bandwidth on Zen 3). Each row, in L1 once loaded, meets
+/// the input rows [`ROW_GROUP`] at a time; a pass over several input rows also prefetches
+/// [`PREFETCH_DISTANCE`] ahead.
 ///
 /// # Safety
 /// AVX2 and FMA must be available; `rows` must hold `count` rows of `d_in` values and `xs`
