@@ -178,6 +178,8 @@ unsafe fn row_dots<const H: usize, const BF16: bool>(
     let bytes_per_value = if BF16 { 2 } else { 4 };
     while k + step <= d_in {
         if H > 1 {
+            // A prefetch never faults, so lines past the task's last row may be asked for; the
+            // address is computed with wrapping arithmetic for that reason.
             let ahead = row.wrapping_add(k * bytes_per_value + PREFETCH_DISTANCE);
             for line in (0..step * bytes_per_value).step_by(64) {
                 _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(line).cast());
