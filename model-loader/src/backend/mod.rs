@@ -72,8 +72,9 @@ pub trait KernelBackend: Backend {
     /// weight once per step. Nothing by default.
     fn back_with_huge_pages<M: burn::module::Module<Self>>(_module: &M) {}
 
-    /// Runs `pass` (one forward pass of a model) on the threads where the backend's parallel
-    /// kernels start their work cheapest. On the calling thread by default.
+    /// Runs `pass` (one forward pass of a model, or a run of small passes such as a drafting
+    /// round) on the threads where the backend's parallel kernels start their work cheapest;
+    /// passes nested in it run as part of it. On the calling thread by default.
     fn on_kernel_threads<R: Send>(pass: impl FnOnce() -> R + Send) -> R {
         pass()
     }

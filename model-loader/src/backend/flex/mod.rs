@@ -38,8 +38,12 @@ impl KernelBackend for Flex {
     /// work at once, where a loop started from outside the pool hands all of it over and
     /// sleeps until woken, and a sleeping worker must be woken, at every projection. When the
     /// pass ends, the workspace its projections reused (`kernels::gemm::workspace`) is
-    /// unmapped.
+    /// unmapped. A pass started inside another (a draft head's forward inside a drafting
+    /// round) runs at once where it is, as part of the outer pass.
     fn on_kernel_threads<R: Send>(pass: impl FnOnce() -> R + Send) -> R {
+        if warm_pool::in_warm_pass() {
+            return pass();
+        }
         warm_pool::run_with_warm_workers(|| {
             let result = pass();
             crate::kernels::gemm::workspace::release();

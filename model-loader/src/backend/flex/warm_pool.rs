@@ -13,7 +13,19 @@
 //! the pass it sits under). One that nobody took ends at once when the scope runs it after the
 //! pass.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
+
+thread_local! {
+    /// Whether this thread is running a pass of [`run_with_warm_workers`].
+    static IN_WARM_PASS: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the calling thread is running a pass of [`run_with_warm_workers`] (whose workers
+/// are polling, so a pass nested in it can run right there).
+pub(super) fn in_warm_pass() -> bool {
+    IN_WARM_PASS.get()
+}
 
 /// Runs `pass` on a worker of rayon's global pool while the other workers poll for its jobs.
 pub(super) fn run_with_warm_workers<R: Send>(pass: impl FnOnce() -> R + Send) -> R {
@@ -23,8 +35,26 @@ pub(super) fn run_with_warm_workers<R: Send>(pass: impl FnOnce() -> R + Send) ->
             scope.spawn(|_| poll_until(&done));
         }
         let _finished = Finished(&done);
+        let _marked = MarkedPass::enter();
         pass()
     })
+}
+
+/// Marks the current thread as running a warm pass until dropped (when the pass returns or
+/// unwinds).
+struct MarkedPass;
+
+impl MarkedPass {
+    fn enter() -> Self {
+        IN_WARM_PASS.set(true);
+        MarkedPass
+    }
+}
+
+impl Drop for MarkedPass {
+    fn drop(&mut self) {
+        IN_WARM_PASS.set(false);
+    }
 }
 
 /// Runs whatever jobs can be stolen until `done` is set.
@@ -48,6 +78,7 @@ impl Drop for Finished<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::KernelBackend;
     use rayon::prelude::*;
 
     #[test]
@@ -85,6 +116,26 @@ mod tests {
                 assert_eq!(got, n);
             }
         });
+    }
+
+    #[test]
+    fn a_pass_inside_a_pass_runs_on_the_outer_pass_thread() {
+        assert!(!in_warm_pass(), "tests run outside any pass");
+        let (outer, inner, marked) = run_with_warm_workers(|| {
+            let outer = std::thread::current().id();
+            let inner = <burn::backend::Flex as KernelBackend>::on_kernel_threads(|| {
+                let sum: u64 = (0..10_000u64).into_par_iter().sum();
+                (std::thread::current().id(), sum)
+            });
+            (outer, inner, in_warm_pass())
+        });
+        assert_eq!(inner.0, outer, "the nested pass moved to another thread");
+        assert_eq!(inner.1, (0..10_000u64).sum::<u64>());
+        assert!(
+            marked,
+            "the outer pass is still marked after the nested one"
+        );
+        assert!(!in_warm_pass(), "the mark outlived its pass");
     }
 
     #[test]
