@@ -10,6 +10,7 @@
 //! (module `q8_0`), which works on groups of 16 interleaved weight rows and up to six input
 //! rows at a time.
 
+use super::aligned::{is_aligned, AlignedRows};
 use super::q8_0::{InputPrecision, QuantizedRows};
 use crate::quant::{Bf16Matrix, Q8_0Matrix, Q8_0_GROUP};
 use rayon::prelude::*;
@@ -193,6 +194,11 @@ pub fn project_rows_at(
     let needs_quantized = projections
         .iter()
         .any(|p| matches!(p.weight, WeightRef::Q8_0(_)));
+    let needs_floats = projections
+        .iter()
+        .any(|p| !matches!(p.weight, WeightRef::Q8_0(_)));
+    let aligned = (needs_floats && !is_aligned(x)).then(|| AlignedRows::copy_of(x));
+    let x = aligned.as_ref().map_or(x, AlignedRows::as_slice);
     let inputs = Inputs {
         x,
         quantized: needs_quantized.then(|| QuantizedRows::new(x, rows, d_in, precision)),

@@ -60,6 +60,7 @@ macro_rules! dispatch_tile {
 }
 
 pub mod activation;
+mod aligned;
 pub mod attention;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
