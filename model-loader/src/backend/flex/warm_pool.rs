@@ -41,19 +41,23 @@ pub(super) fn run_with_warm_workers<R: Send>(pass: impl FnOnce() -> R + Send) ->
 }
 
 /// Marks the current thread as running a warm pass until dropped (when the pass returns or
-/// unwinds).
-struct MarkedPass;
+/// unwinds), then puts back the mark it found: a worker waiting inside one pass may run
+/// another pass's job, and the outer pass must stay marked when that one ends.
+struct MarkedPass {
+    outer: bool,
+}
 
 impl MarkedPass {
     fn enter() -> Self {
-        IN_WARM_PASS.set(true);
-        MarkedPass
+        MarkedPass {
+            outer: IN_WARM_PASS.replace(true),
+        }
     }
 }
 
 impl Drop for MarkedPass {
     fn drop(&mut self) {
-        IN_WARM_PASS.set(false);
+        IN_WARM_PASS.set(self.outer);
     }
 }
 
@@ -136,6 +140,14 @@ mod tests {
             "the outer pass is still marked after the nested one"
         );
         assert!(!in_warm_pass(), "the mark outlived its pass");
+        let outer = MarkedPass::enter();
+        drop(MarkedPass::enter());
+        assert!(
+            in_warm_pass(),
+            "an inner mark's end unmarked the outer pass"
+        );
+        drop(outer);
+        assert!(!in_warm_pass());
     }
 
     #[test]
