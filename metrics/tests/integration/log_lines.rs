@@ -62,11 +62,9 @@ fn engine_and_spec_decode_lines_are_logged_at_info() {
     std::thread::sleep(Duration::from_millis(2));
     let report =
         tracing::subscriber::with_default(subscriber, || logger.log_if_due(&recorder).unwrap());
+    // Once per interval at most is the logger's unit test, on the snapshots' own clock: here a
+    // second call could find the 1 ms interval over again on a busy machine.
     assert!(report.is_some());
-    assert!(
-        logger.log_if_due(&recorder).unwrap().is_none(),
-        "not due again immediately"
-    );
 
     let output = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
     let lines: Vec<&str> = output.lines().collect();
