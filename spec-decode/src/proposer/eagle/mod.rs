@@ -431,42 +431,7 @@ impl<B: KernelBackend> EagleProposer<B> {
             }
         }
     }
-}
 
-impl<B: KernelBackend> Proposer<Tensor<B, 2>> for EagleProposer<B> {
-    fn num_speculative_tokens(&self) -> usize {
-        self.config.num_speculative_tokens
-    }
-
-    fn max_draft_depth(&self) -> usize {
-        self.config
-            .tree
-            .map_or(self.config.num_speculative_tokens, |tree| tree.depth)
-    }
-
-    fn needs_target_features(&self) -> bool {
-        true
-    }
-
-    /// Drafts the whole round (the head's forwards, logits and picks) as one pass on the
-    /// backend's kernel threads ([`KernelBackend::on_kernel_threads`]), so that its many small
-    /// parallel loops start on threads that are already awake.
-    fn draft(
-        &mut self,
-        batch: &ProposeBatch<'_, Tensor<B, 2>>,
-    ) -> Result<Vec<Draft>, ProposeError> {
-        B::on_kernel_threads(|| self.draft_here(batch))
-    }
-
-    fn release(&mut self, request_id: u64) {
-        if let Some(slot) = self.slots.remove(request_id) {
-            self.cache.reset(slot);
-        }
-        self.deferred.clear(request_id);
-    }
-}
-
-impl<B: KernelBackend> EagleProposer<B> {
     /// [`Proposer::draft`] on the calling thread.
     fn draft_here(
         &mut self,
@@ -518,6 +483,39 @@ impl<B: KernelBackend> EagleProposer<B> {
                 Err(err)
             }
         }
+    }
+}
+
+impl<B: KernelBackend> Proposer<Tensor<B, 2>> for EagleProposer<B> {
+    fn num_speculative_tokens(&self) -> usize {
+        self.config.num_speculative_tokens
+    }
+
+    fn max_draft_depth(&self) -> usize {
+        self.config
+            .tree
+            .map_or(self.config.num_speculative_tokens, |tree| tree.depth)
+    }
+
+    fn needs_target_features(&self) -> bool {
+        true
+    }
+
+    /// Drafts the whole round (the head's forwards, logits and picks) as one pass on the
+    /// backend's kernel threads ([`KernelBackend::on_kernel_threads`]), so that its many small
+    /// parallel loops start on threads that are already awake.
+    fn draft(
+        &mut self,
+        batch: &ProposeBatch<'_, Tensor<B, 2>>,
+    ) -> Result<Vec<Draft>, ProposeError> {
+        B::on_kernel_threads(|| self.draft_here(batch))
+    }
+
+    fn release(&mut self, request_id: u64) {
+        if let Some(slot) = self.slots.remove(request_id) {
+            self.cache.reset(slot);
+        }
+        self.deferred.clear(request_id);
     }
 }
 
