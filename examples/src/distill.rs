@@ -12,7 +12,6 @@ use aquila_spec_decode::train::{
     read_shards, record_shard, shard_path, tap_name, DistillSequence, FeatureShard,
 };
 use burn::backend::Flex;
-use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
 use crate::follow_ups::{follow_up, follow_up_conversation};
@@ -234,11 +233,9 @@ pub fn build_distill_data(
         .filter(|&i| !shard_path(data_dir, i).exists())
         .collect();
     if !missing.is_empty() {
-        let bar = ProgressBar::new(settings.num_prompts as u64).with_style(
-            ProgressStyle::with_template(
-                "distill [{bar:30}] {pos}/{len} prompts {elapsed_precise} (eta {eta}) {msg}",
-            )?
-            .progress_chars("=> "),
+        let bar = crate::progress::bar(
+            settings.num_prompts as u64,
+            "distill [{bar:30}] {pos}/{len} prompts {elapsed_precise} (eta {eta}) {msg}",
         );
         bar.set_position(((chunks.len() - missing.len()) * settings.shard_size) as u64);
         let mut llm: Option<Llm> = None;

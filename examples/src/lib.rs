@@ -16,6 +16,7 @@ pub mod heads;
 pub mod interleaved;
 pub mod manifest;
 pub mod paths;
+pub mod progress;
 pub mod prompts;
 pub mod report;
 pub mod self_instruct;

@@ -14,7 +14,6 @@ use aquila_engine::{
     ChatMessage, EngineConfig, FinishReason, Llm, Prompt, SamplingParams, WeightFormat,
 };
 use aquila_model_loader::tokenizer::Tokenizer;
-use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
 use crate::distill::answer_seed;
@@ -192,11 +191,9 @@ fn draw_prompts(
     })?;
     let prefix = query_prefix(llm.tokenizer())?;
     let prefix_ids = llm.tokenizer().encode(&prefix, false)?;
-    let bar = ProgressBar::new(settings.count as u64).with_style(
-        ProgressStyle::with_template(
-            "self-instruct [{bar:30}] {pos}/{len} prompts {elapsed_precise} (eta {eta}) {msg}",
-        )?
-        .progress_chars("=> "),
+    let bar = crate::progress::bar(
+        settings.count as u64,
+        "self-instruct [{bar:30}] {pos}/{len} prompts {elapsed_precise} (eta {eta}) {msg}",
     );
     bar.set_position(drawn.prompts.len() as u64);
     while drawn.prompts.len() < settings.count {

@@ -14,7 +14,7 @@ use aquila_spec_decode::train::{
     TrainHistory, TrainObserver, TrainPoint,
 };
 use clap::ValueEnum;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use serde::Serialize;
 
 /// The kind of head to train.
@@ -257,12 +257,9 @@ impl Default for ProgressObserver {
 
 impl TrainObserver for ProgressObserver {
     fn on_start(&mut self, total_steps: usize, start_step: usize) {
-        self.bar = ProgressBar::new(total_steps as u64).with_style(
-            ProgressStyle::with_template(
-                "train [{bar:30}] {pos}/{len} steps {elapsed_precise} (eta {eta}) {msg}",
-            )
-            .expect("a valid template")
-            .progress_chars("=> "),
+        self.bar = crate::progress::bar(
+            total_steps as u64,
+            "train [{bar:30}] {pos}/{len} steps {elapsed_precise} (eta {eta}) {msg}",
         );
         self.bar.set_position(start_step as u64);
     }

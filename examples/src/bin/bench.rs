@@ -14,8 +14,9 @@ use anyhow::{bail, Context, Result};
 use aquila_engine::{EngineConfig, Llm, Prompt, SamplingParams};
 use aquila_examples::device::{DeviceArgs, DeviceChoice};
 use aquila_examples::paths::default_model_dir;
+use aquila_examples::progress;
 use clap::Parser;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 
 /// Measures prefill and decode throughput of the engine.
 #[derive(Parser, Debug)]
@@ -75,12 +76,11 @@ fn main() -> Result<()> {
     let progress = if args.json {
         ProgressBar::hidden()
     } else {
-        ProgressBar::new(((1 + batches.len()) * runs) as u64)
+        progress::bar(
+            ((1 + batches.len()) * runs) as u64,
+            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}",
+        )
     };
-    progress.set_style(
-        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
 
     progress.set_message("prefill");
     let mut prefill = Vec::new();

@@ -28,6 +28,7 @@ use aquila_examples::device::{BackendTask, DeviceArgs, DeviceChoice};
 use aquila_examples::heads;
 use aquila_examples::interleaved::run_interleaved;
 use aquila_examples::paths::default_model_dir;
+use aquila_examples::progress;
 use aquila_examples::prompts::builtin_chat_prompts;
 use aquila_examples::report::SpecDecodeReport;
 use aquila_examples::stats::median;
@@ -36,7 +37,7 @@ use aquila_model_loader::backend::KernelBackend;
 use aquila_model_loader::model::{FeatureTap, ForwardBatch, LlamaModel, SequenceInput};
 use burn::module::Module;
 use clap::Parser;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -309,10 +310,9 @@ fn main() -> Result<()> {
         }
     }
     let runs: usize = groups.iter().map(Vec::len).sum::<usize>() * (args.rounds + 1);
-    let progress = ProgressBar::new(runs as u64);
-    progress.set_style(
-        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    let progress = progress::bar(
+        runs as u64,
+        "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}",
     );
     let mut measured = Vec::with_capacity(groups.len());
     for group in &groups {

@@ -15,9 +15,10 @@ use aquila_engine::{
 };
 use aquila_examples::device::DeviceArgs;
 use aquila_examples::paths::default_model_dir;
+use aquila_examples::progress;
 use aquila_examples::prompts::read_prompts_file;
 use clap::Parser;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use serde::Serialize;
 
 /// Generates completions of prompts with the Aquila engine.
@@ -171,14 +172,10 @@ fn sampling_params(args: &Args) -> SamplingParams {
 }
 
 fn progress_bar(requests: u64) -> ProgressBar {
-    let bar = ProgressBar::new(requests);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} requests, {msg}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    bar
+    progress::bar(
+        requests,
+        "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} requests, {msg}",
+    )
 }
 
 fn print_output(output: &RequestOutput) {

@@ -9,9 +9,9 @@
 
 use anyhow::{bail, Context, Result};
 use aquila_examples::paths::workspace_root;
+use aquila_examples::progress;
 use aquila_model_loader::gguf::{self, smollm2, ImportMarker};
 use clap::Parser;
-use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -72,10 +72,10 @@ fn main() -> Result<()> {
     };
 
     ImportMarker::remove(&out)?;
-    let bar = ProgressBar::new(0);
-    bar.set_style(ProgressStyle::with_template(
+    let bar = progress::bar(
+        0,
         "{spinner} [{bar:40}] {pos}/{len} tensors {msg} ({elapsed})",
-    )?);
+    );
     let report = gguf::import(&gguf_path, &out, &bar)?;
     bar.finish();
     ImportMarker::new(&source_sha256, &source_name).write(&out)?;

@@ -13,7 +13,6 @@ use aquila_spec_decode::train::{
     read_shards, record_shard, shard_path, tap_name, DistillSequence, FeatureShard,
 };
 use burn::backend::Flex;
-use indicatif::{ProgressBar, ProgressStyle};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -133,11 +132,9 @@ pub fn build_corpus_data(
         .collect();
     if !missing.is_empty() {
         let total: usize = shards.iter().flatten().map(|s| s.tokens.len()).sum();
-        let bar = ProgressBar::new(total as u64).with_style(
-            ProgressStyle::with_template(
-                "corpus [{bar:30}] {pos}/{len} tokens {elapsed_precise} (eta {eta}) {per_sec}",
-            )?
-            .progress_chars("=> "),
+        let bar = crate::progress::bar(
+            total as u64,
+            "corpus [{bar:30}] {pos}/{len} tokens {elapsed_precise} (eta {eta}) {per_sec}",
         );
         let done: usize = (0..shards.len())
             .filter(|i| !missing.contains(i))
