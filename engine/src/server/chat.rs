@@ -10,8 +10,7 @@ use serde_json::Value;
 
 use super::error::ApiError;
 use super::generation::{
-    check_model, collect, finish_reason, resolve_max_tokens, stop_reason, stream_response, submit,
-    ChunkFormat,
+    answer, check_model, finish_reason, resolve_max_tokens, stop_reason, ChunkFormat,
 };
 use super::json_body::parse_body;
 use super::logprobs::chat_logprobs;
@@ -68,44 +67,27 @@ async fn run(
         _ => None,
     };
     let params = sampling_params(&request.common, max_tokens, logprobs)?;
-    let mut engine_stream = submit(state, prompt_token_ids, params, log).await?;
-    let format = ChatChunks {
-        id: format!("chatcmpl-{}", engine_stream.request_id()),
-        created: super::unix_time(),
-        model: state.model_name.to_string(),
+    let whole = |format: ChatChunks, output: RequestOutput| {
+        let response = ChatCompletionResponse {
+            id: format.id,
+            object: "chat.completion".into(),
+            created: format.created,
+            model: format.model,
+            choices: vec![ChatChoice {
+                index: 0,
+                message: ChatMessageOutput {
+                    role: "assistant".into(),
+                    content: output.text.clone(),
+                },
+                logprobs: chat_logprobs(&output, state.engine.tokenizer()),
+                finish_reason: finish_reason(&output),
+                stop_reason: stop_reason(&output),
+            }],
+            usage: Usage::from_metrics(&output.metrics),
+        };
+        Json(response).into_response()
     };
-    if stream {
-        let include_usage = request
-            .common
-            .stream_options
-            .is_some_and(|options| options.include_usage);
-        return Ok(stream_response(
-            engine_stream,
-            format,
-            include_usage,
-            log.hand_over(),
-        ));
-    }
-    let output = collect(&mut engine_stream).await?;
-    log.finished(&output);
-    let response = ChatCompletionResponse {
-        id: format.id,
-        object: "chat.completion".into(),
-        created: format.created,
-        model: format.model,
-        choices: vec![ChatChoice {
-            index: 0,
-            message: ChatMessageOutput {
-                role: "assistant".into(),
-                content: output.text.clone(),
-            },
-            logprobs: chat_logprobs(&output, state.engine.tokenizer()),
-            finish_reason: finish_reason(&output),
-            stop_reason: stop_reason(&output),
-        }],
-        usage: Usage::from_metrics(&output.metrics),
-    };
-    Ok(Json(response).into_response())
+    answer(state, &request.common, prompt_token_ids, params, log, whole).await
 }
 
 /// Refuses the chat fields Aquila cannot honour.
@@ -212,6 +194,12 @@ impl ChatChunks {
 }
 
 impl ChunkFormat for ChatChunks {
+    const ID_PREFIX: &'static str = "chatcmpl-";
+
+    fn new(id: String, created: u64, model: String) -> Self {
+        Self { id, created, model }
+    }
+
     fn opening(&self) -> Vec<Value> {
         let delta = ChatDelta {
             role: Some("assistant".into()),

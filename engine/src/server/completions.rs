@@ -9,8 +9,7 @@ use serde_json::Value;
 
 use super::error::ApiError;
 use super::generation::{
-    check_model, collect, finish_reason, resolve_max_tokens, stop_reason, stream_response, submit,
-    ChunkFormat,
+    answer, check_model, finish_reason, resolve_max_tokens, stop_reason, ChunkFormat,
 };
 use super::json_body::parse_body;
 use super::logprobs::completion_logprobs;
@@ -54,30 +53,13 @@ async fn run(
         state.engine.max_model_len(),
     )?;
     let params = sampling_params(&request.common, max_tokens, request.logprobs)?;
-    let mut engine_stream = submit(state, prompt_token_ids, params, log).await?;
-    let format = CompletionChunks {
-        id: format!("cmpl-{}", engine_stream.request_id()),
-        created: super::unix_time(),
-        model: state.model_name.to_string(),
+    let whole = |format: CompletionChunks, output: RequestOutput| {
+        let mut response = format.response(&output, finish_reason(&output), &output.text);
+        response.choices[0].logprobs = completion_logprobs(&output, state.engine.tokenizer());
+        response.usage = Some(Usage::from_metrics(&output.metrics));
+        Json(response).into_response()
     };
-    if stream {
-        let include_usage = request
-            .common
-            .stream_options
-            .is_some_and(|options| options.include_usage);
-        return Ok(stream_response(
-            engine_stream,
-            format,
-            include_usage,
-            log.hand_over(),
-        ));
-    }
-    let output = collect(&mut engine_stream).await?;
-    log.finished(&output);
-    let mut response = format.response(&output, finish_reason(&output), &output.text);
-    response.choices[0].logprobs = completion_logprobs(&output, state.engine.tokenizer());
-    response.usage = Some(Usage::from_metrics(&output.metrics));
-    Ok(Json(response).into_response())
+    answer(state, &request.common, prompt_token_ids, params, log, whole).await
 }
 
 /// Refuses the completion fields Aquila cannot honour.
@@ -164,6 +146,12 @@ impl CompletionChunks {
 }
 
 impl ChunkFormat for CompletionChunks {
+    const ID_PREFIX: &'static str = "cmpl-";
+
+    fn new(id: String, created: u64, model: String) -> Self {
+        Self { id, created, model }
+    }
+
     fn opening(&self) -> Vec<Value> {
         Vec::new()
     }

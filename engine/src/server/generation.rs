@@ -10,7 +10,7 @@ use futures_util::StreamExt;
 use serde_json::Value;
 
 use super::error::ApiError;
-use super::protocol::common::Usage;
+use super::protocol::common::{CommonFields, Usage};
 use super::request_log::RequestLog;
 use super::AppState;
 use crate::async_llm::{RequestEvent, RequestStream};
@@ -60,8 +60,42 @@ pub fn resolve_max_tokens(
     }
 }
 
+/// Admits a request for `prompt_token_ids` with `params` and answers it: server-sent events
+/// in `F`'s chunks when `common` asks for a stream, else the final output as `whole` makes
+/// the response from it (with the format, which names the response).
+pub async fn answer<F: ChunkFormat>(
+    state: &AppState,
+    common: &CommonFields,
+    prompt_token_ids: Vec<u32>,
+    params: SamplingParams,
+    log: &mut RequestLog,
+    whole: impl FnOnce(F, RequestOutput) -> Response,
+) -> Result<Response, ApiError> {
+    let mut engine_stream = submit(state, prompt_token_ids, params, log).await?;
+    let format = F::new(
+        format!("{}{}", F::ID_PREFIX, engine_stream.request_id()),
+        super::unix_time(),
+        state.model_name.to_string(),
+    );
+    if common.stream.unwrap_or(false) {
+        let include_usage = common
+            .stream_options
+            .as_ref()
+            .is_some_and(|options| options.include_usage);
+        return Ok(stream_response(
+            engine_stream,
+            format,
+            include_usage,
+            log.hand_over(),
+        ));
+    }
+    let output = collect(&mut engine_stream).await?;
+    log.finished(&output);
+    Ok(whole(format, output))
+}
+
 /// Admits a request for `prompt_token_ids` with `params`.
-pub async fn submit(
+async fn submit(
     state: &AppState,
     prompt_token_ids: Vec<u32>,
     params: SamplingParams,
@@ -76,7 +110,7 @@ pub async fn submit(
 }
 
 /// Waits for the request's final output.
-pub async fn collect(stream: &mut RequestStream) -> Result<RequestOutput, ApiError> {
+async fn collect(stream: &mut RequestStream) -> Result<RequestOutput, ApiError> {
     while let Some(event) = stream.next().await {
         match event {
             RequestEvent::Delta(_) => {}
@@ -103,6 +137,10 @@ pub fn stop_reason(output: &RequestOutput) -> Option<Value> {
 
 /// The stream chunks of one endpoint, as JSON.
 pub trait ChunkFormat: Send + 'static {
+    /// What the response id starts with, before the engine's request id (`chatcmpl-`).
+    const ID_PREFIX: &'static str;
+    /// The format of the response `id`, created at `created` (Unix seconds) by `model`.
+    fn new(id: String, created: u64, model: String) -> Self;
     /// Chunks before any text (chat: the assistant role).
     fn opening(&self) -> Vec<Value>;
     /// A chunk of new text.
@@ -125,7 +163,7 @@ struct EventSource<F> {
 
 /// Answers with server-sent events: the format's chunks as the engine produces text, then
 /// `data: [DONE]`. A client that goes away drops the stream, which aborts the request.
-pub fn stream_response<F: ChunkFormat>(
+fn stream_response<F: ChunkFormat>(
     stream: RequestStream,
     format: F,
     include_usage: bool,
