@@ -221,9 +221,12 @@ pub struct DraftTreeConfig {
 }
 
 impl Default for DraftTreeConfig {
-    /// Three children per node, six draft tokens: a tree whose verification on a CPU costs
-    /// about as much as a chain's (sixteen nodes of four children accept more per step, but
-    /// their verification rows and wider draft steps cost more than they gain there).
+    /// Three children per node, six draft tokens: a tree whose seven verification rows cost
+    /// about as much as a chain's four on a CPU with AVX-512, whose float kernel multiplies up
+    /// to eight input rows per pass over the weights (sixteen nodes of four children accept
+    /// more per step, but their verification rows and wider draft steps cost more than they
+    /// gain there). The AVX2 kernel takes four rows per pass, so on such a CPU a tree of
+    /// three draft tokens is the one that verifies at a chain's cost.
     fn default() -> Self {
         Self {
             top_k: 3,
