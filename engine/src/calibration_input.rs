@@ -1,16 +1,20 @@
 //! What calibrating a drafter's confidences needs of a request's draft, taken before a step's
-//! commit clears the draft: the confidences of the verified tokens, and the token a confidence
-//! gate dropped after them, judged against the target's next token.
+//! commit clears the draft: the confidences of the verified tokens (or the verified tree, whose
+//! scores hold them), and the token a confidence gate dropped after them, judged against the
+//! target's next token.
 
 use aquila_spec_decode::proposer::DroppedToken;
+use aquila_spec_decode::tree::DraftTree;
 
 use crate::requests::BatchEntry;
 
 /// What the calibration of draft confidences needs of a request's draft, taken before the
 /// step's commit clears it.
 pub(crate) struct CalibrationInput {
-    /// The drafter's confidence in each draft token.
+    /// The drafter's confidence in each draft token of a chain.
     pub confidences: Vec<f32>,
+    /// The verified tree, for a tree draft.
+    pub tree: Option<DraftTree>,
     /// A greedy request's token that a gate dropped right after the draft tokens.
     dropped: Option<DroppedToken>,
     /// Draft tokens the step verifies.
@@ -26,6 +30,7 @@ impl CalibrationInput {
         let draft = &request.draft;
         Self {
             confidences: draft.confidences().to_vec(),
+            tree: draft.tree().cloned(),
             dropped: draft
                 .dropped()
                 .filter(|_| request.sampling.params.is_greedy()),
@@ -61,6 +66,7 @@ mod tests {
     fn input() -> CalibrationInput {
         CalibrationInput {
             confidences: vec![0.9, 0.8],
+            tree: None,
             dropped: Some(DroppedToken {
                 token: 7,
                 confidence: 0.04,

@@ -248,7 +248,8 @@ pub enum DraftLength {
     /// the drafter reports its confidence in each token (EAGLE chains, n-gram lookups), a
     /// chain ends at the first token whose calibrated chance of being reached and accepted no
     /// longer pays for its verification row and drafting step (not with a minimum: chains are
-    /// never cut below `min_draft_tokens`).
+    /// never cut below `min_draft_tokens`); EAGLE-2 trees keep and expand only the nodes whose
+    /// calibrated chance pays in the same way.
     Adaptive {
         /// Fewest draft tokens per request and step (0 lets a request decode plainly).
         min_draft_tokens: usize,

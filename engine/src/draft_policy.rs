@@ -27,9 +27,13 @@
 //! forward). Draft rows a gated
 //! chain did not reach count as rejected in the acceptance estimates, which therefore measure
 //! the gain of allowing a row. Where drafting itself costs next to nothing (lookups), every
-//! request asks for a gated chain, whatever its estimate: the gate decides per token.
+//! request asks for a gated chain, whatever its estimate: the gate decides per token. EAGLE-2
+//! trees are gated node by node under the same thresholds, their `n`-th best node priced as a
+//! chain's `n`-th token, and their nodes' outcomes calibrate the same confidences
+//! ([`DraftPolicy::observe_tree`]).
 
 use aquila_spec_decode::proposer::{ChainStop, ConfidenceCalibration, DroppedToken};
+use aquila_spec_decode::tree::DraftTree;
 
 use crate::acceptance::{AcceptanceEstimate, AcceptancePrior, MAX_PROBE_INTERVAL};
 use crate::config::DraftLength;
@@ -157,6 +161,12 @@ impl DraftPolicy {
             self.calibration
                 .observe_chain(&confidences[..fed], accepted.len());
         }
+    }
+
+    /// Takes in a verified draft tree whose `accepted` nodes (in order from the root) were
+    /// accepted: the calibration of tree nodes' confidences.
+    pub fn observe_tree(&mut self, tree: &DraftTree, accepted: &[usize]) {
+        self.calibration.observe_tree(tree, accepted);
     }
 
     /// Takes in a token a gate dropped right after a draft of `position` tokens that was
@@ -708,6 +718,33 @@ mod tests {
         assert!(t.extend_above[0] >= t.keep_above[0]);
         let stop = policy.chain_stop(&t);
         assert!((stop.calibration.acceptance(0.9) - 0.88).abs() < 0.03);
+    }
+
+    #[test]
+    fn verified_trees_alone_calibrate_the_gate_of_trees() {
+        let mut policy = DraftPolicy::new(ADAPTIVE, None, 3, 3);
+        measured(&mut policy, 25.0, 8, 3.0);
+        // Root 5 with children 1 (confidence 0.9, always accepted) and 2 (0.3, never).
+        let tree = DraftTree::from_parts(
+            vec![5, 1, 2],
+            vec![None, Some(0), Some(0)],
+            vec![0.0, 0.9f32.ln(), 0.3f32.ln()],
+        )
+        .unwrap();
+        let mut one = estimates(1, &[0.6, 0.3, 0.1]);
+        assert_eq!(plan_all(&mut policy, &mut one, 3).thresholds, None);
+        for _ in 0..MIN_CALIBRATION_OUTCOMES {
+            policy.observe_tree(&tree, &[1]);
+        }
+        let plan = plan_all(&mut policy, &mut one, 3);
+        assert_eq!(plan.gated, vec![true], "{plan:?}");
+        let thresholds = plan.thresholds.expect("gated");
+        let stop = policy.chain_stop(&thresholds);
+        assert_eq!(
+            stop.tree_nodes(&tree),
+            vec![1],
+            "the never accepted child is cut"
+        );
     }
 
     #[test]

@@ -370,6 +370,11 @@ impl<B: KernelBackend> Engine<B> {
                         &result.accepted_nodes,
                         &input.confidences,
                     );
+                    if let Some(tree) = &input.tree {
+                        speculation
+                            .policy
+                            .observe_tree(tree, &result.accepted_nodes);
+                    }
                 }
                 let num_accepted = result.accepted_nodes.len();
                 let token_ids = &entry.request.token_ids;

@@ -320,6 +320,41 @@ impl DraftTree {
                 }
             }
         }
+        self.subtree(&kept)
+    }
+
+    /// The sub-tree of the root, `nodes` and all their ancestors, with the kept nodes'
+    /// original indices (in the new node order, which keeps their relative order). Panics if
+    /// a node is out of range.
+    pub fn retain(&self, nodes: &[usize]) -> (DraftTree, Vec<usize>) {
+        let mut kept = vec![false; self.num_nodes()];
+        kept[0] = true;
+        for &node in nodes {
+            let mut current = Some(node);
+            while let Some(n) = current.filter(|&n| !kept[n]) {
+                kept[n] = true;
+                current = self.parents[n];
+            }
+        }
+        self.subtree(&kept)
+            .expect("a kept node's parent is kept and comes before it")
+    }
+
+    /// The drafter's probability of `node`'s token given its parent's (its confidence):
+    /// `exp(score - parent's score)`, within `[0, 1]` (a NaN score counts as `-inf`); 1 for
+    /// the root.
+    pub fn confidence(&self, node: usize) -> f32 {
+        match self.parents[node] {
+            Some(parent) => (self.rank_score(node) - self.rank_score(parent))
+                .exp()
+                .clamp(0.0, 1.0),
+            None => 1.0,
+        }
+    }
+
+    /// The nodes marked in `kept` (root included, ancestors of kept nodes kept), in their
+    /// original relative order, with their original indices.
+    fn subtree(&self, kept: &[bool]) -> Result<(DraftTree, Vec<usize>), TreeError> {
         let original: Vec<usize> = (0..self.num_nodes()).filter(|&n| kept[n]).collect();
         let mut new_index = vec![usize::MAX; self.num_nodes()];
         let mut pruned = DraftTree::new(self.tokens[0]);

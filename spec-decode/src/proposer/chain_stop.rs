@@ -14,6 +14,14 @@
 //! expectation takes the acceptance measured at the next token's position in the chain: a
 //! drafter may be far less sure of its second token than of its first (EAGLE-1 feeds its own
 //! predicted features back in), which the acceptance of all tokens together would hide.
+//!
+//! A draft tree (EAGLE-2) is gated node by node ([`ChainStop::tree_nodes`]): a node's path
+//! probability runs from the root through its ancestors, its acceptance is calibrated at its
+//! depth as a chain position (learned from verified trees by
+//! [`ConfidenceCalibration::observe_tree`]), and the nodes are kept best first while the next
+//! one pays for the next verification row.
+
+use crate::tree::DraftTree;
 
 /// Number of equal-width confidence bins.
 const BINS: usize = 10;
@@ -173,6 +181,26 @@ impl ConfidenceCalibration {
             .sum()
     }
 
+    /// Takes in one verified tree: `accepted` are its accepted nodes, in order from the root.
+    /// Every draft node whose parent was reached (the root, or an accepted node) is an outcome
+    /// at its confidence and at its depth as chain position: accepted or not. Nodes under a
+    /// rejected node tell nothing and are skipped, as tokens after a chain's first rejection.
+    pub fn observe_tree(&mut self, tree: &DraftTree, accepted: &[usize]) {
+        for position in &mut self.positions {
+            position.fade();
+        }
+        for cell in self.cells.iter_mut().flatten() {
+            cell.fade();
+        }
+        let reached = |node: usize| node == 0 || accepted.contains(&node);
+        for node in 1..tree.num_nodes() {
+            if tree.parent(node).is_some_and(reached) {
+                let position = tree.depth(node) - 1;
+                self.observe_token(tree.confidence(node), position, accepted.contains(&node));
+            }
+        }
+    }
+
     /// Takes in the outcome of one token at `position` of its chain, given that every draft
     /// before it was accepted (a verified token, or a token a gate dropped judged by the
     /// target's next token).
@@ -243,6 +271,52 @@ impl ChainStop<'_> {
             ChainStep::Extend
         };
         (decision, path)
+    }
+
+    /// The draft nodes of `tree` worth their verification rows, best first: nodes ranked by
+    /// their calibrated path probability (the product of the calibrated acceptances from the
+    /// root, each node's at its confidence and depth), and the `n`-th of them kept while its
+    /// path probability reaches the threshold of position `n` (the `n`-th row a request's
+    /// draft adds to the forward). A child's path probability never exceeds its parent's,
+    /// and ties go to the shallower node, so the kept nodes hold every ancestor of each.
+    pub fn tree_nodes(&self, tree: &DraftTree) -> Vec<usize> {
+        let path = self.tree_paths(tree);
+        let mut ranked: Vec<usize> = (1..tree.num_nodes()).collect();
+        ranked.sort_by(|&a, &b| {
+            path[b]
+                .total_cmp(&path[a])
+                .then(tree.depth(a).cmp(&tree.depth(b)))
+                .then(a.cmp(&b))
+        });
+        let kept = ranked
+            .iter()
+            .enumerate()
+            .take_while(|&(rank, &node)| path[node] >= at_position(self.keep_above, rank))
+            .count();
+        ranked.truncate(kept);
+        ranked
+    }
+
+    /// The calibrated path probability of every node of `tree` (the root's is 1): the product
+    /// of the calibrated acceptances from the root, each node's at its confidence and depth.
+    pub fn tree_paths(&self, tree: &DraftTree) -> Vec<f64> {
+        let mut path = vec![1.0; tree.num_nodes()];
+        for node in 1..tree.num_nodes() {
+            let parent = tree.parent(node).unwrap_or(0);
+            let acceptance = self
+                .calibration
+                .acceptance_at(tree.confidence(node), tree.depth(node) - 1);
+            path[node] = path[parent] * acceptance;
+        }
+        path
+    }
+
+    /// Whether a tree node at `depth` (1 for the root's children) with calibrated path
+    /// probability `path` is worth expanding: its child is expected to pay for its
+    /// verification row and a drafting step, as a chain's next token must (chain position
+    /// `depth`).
+    pub fn expands(&self, depth: usize, path: f64) -> bool {
+        path * self.calibration.mean_acceptance_at(depth) >= at_position(self.extend_above, depth)
     }
 
     /// How many leading tokens of a chain drafted whole with these `confidences` to keep, for
@@ -478,5 +552,83 @@ mod tests {
             assert!(chains < 20_000, "never tried again");
         }
         assert!(chains > 1_000, "tried again after {chains} chains");
+    }
+
+    /// Root 5 with children 1 (confidence 0.8) and 2 (0.15); node 3 (0.5) under node 1.
+    fn small_tree() -> DraftTree {
+        let (a, b) = (0.8f32.ln(), 0.15f32.ln());
+        DraftTree::from_parts(
+            vec![5, 1, 2, 3],
+            vec![None, Some(0), Some(0), Some(1)],
+            vec![0.0, a, b, a + 0.5f32.ln()],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn tree_nodes_are_kept_best_path_first_while_they_pay() {
+        let calibration = ConfidenceCalibration::new();
+        let tree = small_tree();
+        let stop = |keep_above: &'static [f64]| ChainStop {
+            calibration: &calibration,
+            keep_above,
+            extend_above: keep_above,
+        };
+        // Uncalibrated paths: node 1 0.8, node 3 0.4, node 2 0.15.
+        assert_eq!(stop(&[0.0]).tree_nodes(&tree), vec![1, 3, 2]);
+        assert_eq!(stop(&[0.1, 0.3, 0.3]).tree_nodes(&tree), vec![1, 3]);
+        assert_eq!(stop(&[0.1, 0.5]).tree_nodes(&tree), vec![1]);
+        assert!(stop(&[0.9]).tree_nodes(&tree).is_empty());
+        let (kept, original) = tree.retain(&stop(&[0.1, 0.3, 0.3]).tree_nodes(&tree));
+        assert_eq!(original, vec![0, 1, 3]);
+        assert_eq!(kept.tokens(), &[5, 1, 3]);
+    }
+
+    #[test]
+    fn tree_nodes_expand_where_a_chain_token_would_extend() {
+        let calibration = ConfidenceCalibration::new();
+        let stop = ChainStop {
+            calibration: &calibration,
+            keep_above: &[0.1],
+            extend_above: &[0.1, 0.2],
+        };
+        let tree = small_tree();
+        let paths = stop.tree_paths(&tree);
+        assert!((paths[3] - 0.4).abs() < 1e-6, "{paths:?}");
+        // Uncalibrated mean acceptance 0.5: node 1 (0.8) expects 0.4, node 2 (0.15) 0.075.
+        assert!(stop.expands(1, paths[1]));
+        assert!(!stop.expands(1, paths[2]));
+        for (position, path) in [(1, 0.4), (2, 0.35)] {
+            assert_eq!(
+                stop.expands(position, path),
+                stop.step(position - 1, path, 1.0).0 == ChainStep::Extend,
+                "a chain token of the same path at position {position}"
+            );
+        }
+    }
+
+    #[test]
+    fn verified_trees_calibrate_the_nodes_whose_parent_was_reached() {
+        let mut calibration = ConfidenceCalibration::new();
+        let tree = small_tree();
+        // Node 1 accepted, then node 3 rejected: nodes 1, 2 and 3 are outcomes.
+        calibration.observe_tree(&tree, &[1]);
+        assert_eq!(calibration.observed(), 3);
+        assert_eq!(calibration.bins[8].accepted, 1.0);
+        assert_eq!(calibration.bins[1].seen, 1.0);
+        assert_eq!(calibration.bins[5].accepted, 0.0);
+        // Node 2 accepted: node 3, under rejected node 1, tells nothing.
+        calibration.observe_tree(&tree, &[2]);
+        assert_eq!(calibration.observed(), 5);
+        // A tree whose first children keep failing makes its second ones the better bet.
+        for _ in 0..300 {
+            calibration.observe_tree(&tree, &[2]);
+        }
+        let stop = ChainStop {
+            calibration: &calibration,
+            keep_above: &[0.1],
+            extend_above: &[0.1],
+        };
+        assert_eq!(stop.tree_nodes(&tree), vec![2]);
     }
 }

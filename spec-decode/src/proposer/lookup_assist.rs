@@ -94,7 +94,8 @@ impl<F, P: Proposer<F>> Proposer<F> for LookupAssisted<P> {
 impl<P> LookupAssisted<P> {
     /// Grafts the lookup's chain for `request` into its `tree` (no deeper than `max_depth`, the
     /// inner proposer's deepest draft) and cuts the tree back to `max_nodes` draft tokens by
-    /// score, both within the request's budget.
+    /// score, both within the request's budget, and to the nodes that pay for their rows under
+    /// the request's stop rule.
     fn graft_within(
         &mut self,
         request: &ProposeRequest<'_>,
@@ -102,28 +103,29 @@ impl<P> LookupAssisted<P> {
         max_depth: usize,
         max_nodes: usize,
     ) {
-        // A tree the inner proposer left empty was not asked for.
-        if tree.num_nodes() <= 1 {
+        let budget = request.max_draft_tokens;
+        if budget == 0 {
             return;
         }
-        let budget = request.max_draft_tokens;
         let lookup = self
             .lookup
             .chain(request.tokens, budget.min(max_depth), None);
-        if lookup.is_empty() {
-            return;
+        if !lookup.is_empty() {
+            let scores: Vec<f32> = lookup
+                .confidences
+                .iter()
+                .scan(0.0, |score, &confidence| {
+                    *score += confidence.ln();
+                    Some(*score)
+                })
+                .collect();
+            tree.graft_chain(&lookup.tokens, &scores);
+            if let Ok((pruned, _)) = tree.prune_to_best(budget.min(max_nodes) + 1) {
+                *tree = pruned;
+            }
         }
-        let scores: Vec<f32> = lookup
-            .confidences
-            .iter()
-            .scan(0.0, |score, &confidence| {
-                *score += confidence.ln();
-                Some(*score)
-            })
-            .collect();
-        tree.graft_chain(&lookup.tokens, &scores);
-        if let Ok((pruned, _)) = tree.prune_to_best(budget.min(max_nodes) + 1) {
-            *tree = pruned;
+        if let Some(stop) = request.stop {
+            *tree = tree.retain(&stop.tree_nodes(tree)).0;
         }
     }
 }
@@ -334,6 +336,31 @@ mod tests {
         )
         .unwrap();
         assert_eq!(tree_tokens(&drafts[0]), vec![3, 90, 91, 92, 93]);
+    }
+
+    #[test]
+    fn a_stop_rule_cuts_grafted_trees_to_the_nodes_that_pay() {
+        let mut proposer = LookupAssisted::new(FixedTree { probs: false }, lookup());
+        let calibration = ConfidenceCalibration::new();
+        let repeating = REPEATING;
+        let fresh = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10];
+        let gated = |tokens| {
+            let mut request = request(tokens, 4);
+            request.stop = Some(ChainStop {
+                calibration: &calibration,
+                keep_above: &[0.5],
+                extend_above: &[0.5],
+            });
+            request
+        };
+        let requests = [gated(&repeating), gated(&fresh)];
+        let drafts =
+            Proposer::<()>::draft(&mut proposer, &ProposeBatch::without_features(&requests))
+                .unwrap();
+        // Uncalibrated paths: the graft's 4 and 5 at 0.75 and 0.56, the head's 90 at 0.61; 91
+        // (0.37) and the head's deeper nodes fall below 0.5.
+        assert_eq!(tree_tokens(&drafts[0]), vec![3, 90, 4, 5]);
+        assert_eq!(tree_tokens(&drafts[1]), vec![10, 90]);
     }
 
     #[test]

@@ -12,8 +12,8 @@ use crate::proposer_eagle::{
 use aquila_model_loader::model::{FeatureTap, ForwardBatch, KvCache, SequenceInput};
 use aquila_spec_decode::eagle::{EagleError, EagleHead};
 use aquila_spec_decode::proposer::{
-    Draft, DraftSampling, EagleProposer, EagleProposerConfig, EagleTreeConfig, ProposeBatch,
-    ProposeRequest, Proposer, ReplayProposer,
+    ChainStop, ConfidenceCalibration, Draft, DraftSampling, EagleProposer, EagleProposerConfig,
+    EagleTreeConfig, ProposeBatch, ProposeRequest, Proposer, ReplayProposer,
 };
 use aquila_spec_decode::sampling::{log_sum_exp, SamplingConfig};
 use aquila_spec_decode::tree::DraftTree;
@@ -273,6 +273,66 @@ fn reranking_keeps_the_best_nodes_with_their_ancestors() {
     drafter.release(1);
     assert_eq!(drafter.cached_rows(1), None);
     assert_eq!(draft_tree(&mut drafter, &features, 1, &tokens, 0, 7), first);
+}
+
+#[test]
+fn a_stop_rule_keeps_the_nodes_whose_calibrated_path_pays_for_their_rows() {
+    let fixture = Fixture::new(2);
+    let tokens = with_root(&PROMPT, ROOT);
+    let features = fixture.features(&PROMPT, &FeatureTap::LastHidden);
+    let rows: Vec<usize> = (0..PROMPT.len()).collect();
+    let config = shape(3, 2, 5);
+    let calibration = ConfidenceCalibration::new();
+    let draft_with = |keep_above: &[f64], extend_above: &[f64]| {
+        let mut drafter = proposer(
+            &fixture,
+            eagle1(&fixture),
+            EagleProposerConfig::tree(config),
+        );
+        let mut gated = request(1, &tokens, 0, &rows, 5);
+        gated.stop = Some(ChainStop {
+            calibration: &calibration,
+            keep_above,
+            extend_above,
+        });
+        let batch = ProposeBatch {
+            features: Some(&features),
+            requests: &[gated],
+        };
+        match drafter.draft(&batch).unwrap().remove(0) {
+            Draft::Tree { tree, .. } => tree,
+            Draft::Chain(chain) => panic!("expected a tree, got the chain {chain:?}"),
+        }
+    };
+    let draft = |thresholds: &[f64]| draft_with(thresholds, thresholds);
+    let mut drafter = proposer(
+        &fixture,
+        eagle1(&fixture),
+        EagleProposerConfig::tree(config),
+    );
+    let ungated = draft_tree(&mut drafter, &features, 1, &tokens, 0, 5);
+    assert_eq!(draft(&[0.0]), ungated, "a free row keeps every node");
+    // Drafting steps too dear to pay: the root's children only, every one kept.
+    let shallow = draft_with(&[0.0], &[0.0, 1.5]);
+    assert_eq!(shallow.max_depth(), 1);
+    assert_eq!(shallow.num_drafts(), 2, "top-k 2 children of the root");
+    assert_eq!(draft(&[1.5]).num_drafts(), 0, "no path reaches 1.5");
+    // Uncalibrated, a node's path is its cumulative draft probability: a threshold between
+    // the best and the second-best path keeps the best node with its ancestors.
+    let mut paths: Vec<f32> = ungated.scores()[1..].iter().map(|s| s.exp()).collect();
+    paths.sort_by(|a, b| b.total_cmp(a));
+    let between = f64::from(paths[0] + paths[1]) / 2.0;
+    let kept = draft(&[between]);
+    let stop = ChainStop {
+        calibration: &calibration,
+        keep_above: &[between],
+        extend_above: &[between],
+    };
+    assert_eq!(kept, ungated.retain(&stop.tree_nodes(&ungated)).0);
+    assert_eq!(
+        kept.num_drafts(),
+        ungated.depth(stop.tree_nodes(&ungated)[0])
+    );
 }
 
 #[test]

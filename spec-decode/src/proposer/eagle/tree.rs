@@ -12,9 +12,13 @@
 //!    row's), at the position of the chain's step `d - 1` (siblings share it). A row sees the
 //!    committed rows and the rows of its own ancestors appended in earlier rounds (history mask),
 //!    and among the new rows only itself. Each row's `top_k` likeliest children join the tree
-//!    with score parent score + log-probability. A request stops after its depth budget.
+//!    with score parent score + log-probability. A request stops after its depth budget; with
+//!    a [`ChainStop`], only frontier nodes whose children are expected to pay for a row and a
+//!    drafting step are expanded ([`ChainStop::expands`]), and a tree with none stops growing.
 //! 3. **Rerank.** The request's `num_nodes` best draft tokens, closed under ancestors
-//!    ([`DraftTree::prune_to_best`]), are its draft, verified with a one-hot `q`.
+//!    ([`DraftTree::prune_to_best`]), are its draft, verified with a one-hot `q`; with a
+//!    [`ChainStop`], only those of them whose calibrated path probability pays for their
+//!    verification rows ([`ChainStop::tree_nodes`]).
 //!
 //! The rows appended here are speculative: the proposer cuts them after the call.
 
@@ -23,7 +27,7 @@ use aquila_model_loader::model::{ForwardBatch, SequenceInput};
 use burn::tensor::Tensor;
 
 use super::{drafting_rows, pick, select_rows, EagleProposer, EagleTreeConfig, Planned};
-use crate::proposer::{Draft, ProposeError, ProposeRequest};
+use crate::proposer::{ChainStop, Draft, ProposeError, ProposeRequest};
 use crate::tree::DraftTree;
 
 /// One request's tree while it grows.
@@ -122,12 +126,17 @@ impl GrowingTree {
         }
     }
 
-    /// The reranked draft: the best `num_nodes` draft tokens with their ancestors.
-    fn finish(self) -> Draft {
+    /// The reranked draft: the best `num_nodes` draft tokens with their ancestors, of which a
+    /// `stop` keeps those that pay for their verification rows.
+    fn finish(self, stop: Option<ChainStop<'_>>) -> Draft {
         let (tree, _) = self
             .tree
             .prune_to_best(self.num_nodes + 1)
             .expect("the budget keeps at least the root");
+        let tree = match stop {
+            Some(stop) => tree.retain(&stop.tree_nodes(&tree)).0,
+            None => tree,
+        };
         Draft::Tree { tree, probs: None }
     }
 }
@@ -165,8 +174,14 @@ impl<B: KernelBackend> EagleProposer<B> {
                 if tree.depth < round {
                     continue;
                 }
-                let frontier = tree.tree.best_at_depth(round - 1, shape.top_k);
+                let mut frontier = tree.tree.best_at_depth(round - 1, shape.top_k);
+                if let Some(stop) = requests[tree.request].stop {
+                    let paths = stop.tree_paths(&tree.tree);
+                    frontier.retain(|&node| stop.expands(round - 1, paths[node]));
+                }
                 if frontier.is_empty() {
+                    // Nothing deeper can pay: the tree is done growing.
+                    tree.depth = round - 1;
                     continue;
                 }
                 sources.extend(frontier.iter().map(|&node| tree.source[node]));
@@ -189,7 +204,7 @@ impl<B: KernelBackend> EagleProposer<B> {
         }
         for tree in trees {
             let request = tree.request;
-            drafts[request] = tree.finish();
+            drafts[request] = tree.finish(requests[request].stop);
         }
         Ok(drafts)
     }
