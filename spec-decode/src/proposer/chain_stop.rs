@@ -156,12 +156,7 @@ impl ConfidenceCalibration {
     /// Takes in one verified chain: its tokens' `confidences` in order, of which the first
     /// `accepted` were accepted. Tokens after the first rejection tell nothing and are skipped.
     pub fn observe_chain(&mut self, confidences: &[f32], accepted: usize) {
-        for position in &mut self.positions {
-            position.fade();
-        }
-        for cell in self.cells.iter_mut().flatten() {
-            cell.fade();
-        }
+        self.fade_positions();
         for (position, &confidence) in confidences.iter().enumerate().take(accepted + 1) {
             self.observe_token(confidence, position, position < accepted);
         }
@@ -186,18 +181,24 @@ impl ConfidenceCalibration {
     /// at its confidence and at its depth as chain position: accepted or not. Nodes under a
     /// rejected node tell nothing and are skipped, as tokens after a chain's first rejection.
     pub fn observe_tree(&mut self, tree: &DraftTree, accepted: &[usize]) {
-        for position in &mut self.positions {
-            position.fade();
-        }
-        for cell in self.cells.iter_mut().flatten() {
-            cell.fade();
-        }
+        self.fade_positions();
         let reached = |node: usize| node == 0 || accepted.contains(&node);
         for node in 1..tree.num_nodes() {
             if tree.parent(node).is_some_and(reached) {
                 let position = tree.depth(node) - 1;
                 self.observe_token(tree.confidence(node), position, accepted.contains(&node));
             }
+        }
+    }
+
+    /// Fades the tallies of every position and cell by one verified draft, so that positions
+    /// drafts no longer reach lean again on the acceptance of all positions.
+    fn fade_positions(&mut self) {
+        for position in &mut self.positions {
+            position.fade();
+        }
+        for cell in self.cells.iter_mut().flatten() {
+            cell.fade();
         }
     }
 
