@@ -6,7 +6,9 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use aquila_engine::{ChatMessage, EngineConfig, Llm, Prompt, SamplingParams, WeightFormat};
+use aquila_engine::{
+    ChatMessage, EngineConfig, Llm, Prompt, RequestOutput, SamplingParams, WeightFormat,
+};
 use aquila_model_loader::model::{FeatureTap, LlamaModel};
 use aquila_spec_decode::train::{
     read_shards, record_shard, shard_path, tap_name, DistillSequence, FeatureShard,
@@ -355,13 +357,15 @@ fn generate_responses(
         return Ok(Vec::new());
     }
     let outputs = llm.generate_with_params(batch, &params)?;
-    Ok(outputs
-        .iter()
-        .map(|out| DistillSequence {
-            tokens: [out.prompt_token_ids.as_slice(), &out.token_ids].concat(),
-            prompt_len: out.prompt_token_ids.len(),
-        })
-        .collect())
+    Ok(outputs.iter().map(distill_sequence).collect())
+}
+
+/// A request's prompt and answer as one recorded sequence.
+pub(crate) fn distill_sequence(output: &RequestOutput) -> DistillSequence {
+    DistillSequence {
+        tokens: [output.prompt_token_ids.as_slice(), &output.token_ids].concat(),
+        prompt_len: output.prompt_token_ids.len(),
+    }
 }
 
 /// One stored response: prompt and response tokens, and the prompt length.

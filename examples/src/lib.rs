@@ -25,6 +25,7 @@ pub mod speculative_options;
 pub mod stats;
 pub mod train_prompts;
 pub mod training;
+pub mod validation_sets;
 
 /// Initializes `tracing` output on stderr, `warn` unless `RUST_LOG` says otherwise.
 pub fn init_tracing() {

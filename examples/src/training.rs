@@ -10,9 +10,10 @@ use aquila_model_loader::model::FeatureTap;
 use aquila_model_loader::model::LlamaModel;
 use aquila_spec_decode::eagle::{write_head_dir, DraftVocabMap, Eagle1Head, Eagle3Head, EagleHead};
 use aquila_spec_decode::train::{
-    train, DistillData, EvalPoint, SequenceRef, TrainBackend, TrainConfig, TrainError,
+    train, validate, DistillData, EvalPoint, SequenceRef, TrainBackend, TrainConfig, TrainError,
     TrainHistory, TrainObserver, TrainPoint,
 };
+use burn::module::AutodiffModule;
 use clap::ValueEnum;
 use indicatif::ProgressBar;
 use serde::Serialize;
@@ -217,6 +218,21 @@ impl<B: TrainBackend> DraftHead<B> {
         })
     }
 
+    /// Scores the head as a validation of a run does, without training it (see
+    /// [`aquila_spec_decode::train::validate`]).
+    pub fn validate(
+        &self,
+        target: &LlamaModel<B>,
+        data: &DistillData,
+        config: &TrainConfig,
+    ) -> Result<EvalPoint, TrainError> {
+        let target = target.valid();
+        match self {
+            DraftHead::Eagle1(head) => validate(&head.valid(), &target, data, config),
+            DraftHead::Eagle3(head) => validate(&head.valid(), &target, data, config),
+        }
+    }
+
     /// Writes the head to `dir` (`config.json`, `model.safetensors` in `dtype`).
     pub fn export(&self, dir: &Path, dtype: FloatType) -> Result<()> {
         let (config, tensors) = match self {
@@ -282,27 +298,42 @@ impl TrainObserver for ProgressObserver {
     }
 
     fn on_eval(&mut self, point: &EvalPoint) {
-        let line = format!(
-            "step {:>5} tokens {:>8}: val loss {:.4}, top-1 accuracy per draft step {:?}, \
-             simulated acceptance length {:.3}",
-            point.step,
-            point.tokens_seen,
-            point.loss,
-            point
-                .accuracy
-                .iter()
-                .map(|a| format!("{a:.3}"))
-                .collect::<Vec<_>>(),
-            point.acceptance_length
-        );
-        // A bar drawing nowhere (no terminal) drops its lines: print them plainly then.
-        if self.bar.is_hidden() {
-            eprintln!("{line}");
-        } else {
-            self.bar.println(line);
+        for line in eval_lines(point) {
+            // A bar drawing nowhere (no terminal) drops its lines: print them plainly then.
+            if self.bar.is_hidden() {
+                eprintln!("{line}");
+            } else {
+                self.bar.println(line);
+            }
         }
         self.last_eval = Some(point.clone());
     }
+}
+
+/// A validation as report lines: the held-out split's, then one per validation set.
+pub fn eval_lines(point: &EvalPoint) -> Vec<String> {
+    let scores = |loss: f32, accuracy: &[f64], acceptance_length: f64| {
+        let accuracy: Vec<String> = accuracy.iter().map(|a| format!("{a:.3}")).collect();
+        format!(
+            "val loss {loss:.4}, top-1 accuracy per draft step [{}], simulated acceptance \
+             length {acceptance_length:.3}",
+            accuracy.join(", ")
+        )
+    };
+    let mut lines = vec![format!(
+        "step {:>5} tokens {:>8}: {}",
+        point.step,
+        point.tokens_seen,
+        scores(point.loss, &point.accuracy, point.acceptance_length)
+    )];
+    for set in &point.sets {
+        lines.push(format!(
+            "    {}: {}",
+            set.name,
+            scores(set.loss, &set.accuracy, set.acceptance_length)
+        ));
+    }
+    lines
 }
 
 /// How a head was made: written beside it as `training.json` and summarized in `TRAINING.md`.
@@ -336,10 +367,21 @@ impl TrainingRecord {
                 .collect::<Vec<_>>()
                 .join(", ")
         });
+        let sets: String = last
+            .map(|e| e.sets.as_slice())
+            .unwrap_or_default()
+            .iter()
+            .map(|set| {
+                format!(
+                    "\nfinal simulated acceptance length on {}: {:.3}",
+                    set.name, set.acceptance_length
+                )
+            })
+            .collect();
         format!(
             "method: {}\ndata: {} sequences, {} tokens (prompt + response)\nepochs: {}, \
              optimizer steps: {}\nfinal validation top-1 accuracy per draft step: [{accuracy}]\n\
-             final simulated acceptance length (k = {}, T = 0): {}\nwall time: {:.0} s",
+             final simulated acceptance length (k = {}, T = 0): {}{sets}\nwall time: {:.0} s",
             self.method.name(),
             self.sequences,
             self.tokens,
@@ -350,6 +392,42 @@ impl TrainingRecord {
             self.wall_seconds
         )
     }
+}
+
+/// The validation curve as a Markdown table: the held-out split's scores and the acceptance
+/// length on each validation set (named by the first validation).
+fn validation_curve(evals: &[EvalPoint]) -> String {
+    let names: Vec<&str> = evals
+        .first()
+        .map(|e| e.sets.iter().map(|s| s.name.as_str()).collect())
+        .unwrap_or_default();
+    let mut curve = String::from("| step | training tokens | val loss | top-1 per step | AL |");
+    for name in &names {
+        curve.push_str(&format!(" AL {name} |"));
+    }
+    curve.push_str("\n|---:|---:|---:|---|---:|");
+    curve.push_str(&"---:|".repeat(names.len()));
+    curve.push('\n');
+    for e in evals {
+        let acc: Vec<String> = e.accuracy.iter().map(|a| format!("{a:.3}")).collect();
+        curve.push_str(&format!(
+            "| {} | {} | {:.4} | {} | {:.3} |",
+            e.step,
+            e.tokens_seen,
+            e.loss,
+            acc.join(" / "),
+            e.acceptance_length
+        ));
+        for name in &names {
+            let score = e.sets.iter().find(|s| s.name == *name);
+            match score {
+                Some(s) => curve.push_str(&format!(" {:.3} |", s.acceptance_length)),
+                None => curve.push_str(" |"),
+            }
+        }
+        curve.push('\n');
+    }
+    curve
 }
 
 /// Writes `training.json` and `TRAINING.md` into the head's directory.
@@ -364,19 +442,7 @@ pub fn write_training_record(dir: &Path, record: &TrainingRecord) -> Result<()> 
         "evals": record.history.evals,
     }))?;
     std::fs::write(dir.join("training.json"), json)?;
-    let mut curve = String::from("| step | training tokens | val loss | top-1 per step | AL |\n");
-    curve.push_str("|---:|---:|---:|---|---:|\n");
-    for e in &record.history.evals {
-        let acc: Vec<String> = e.accuracy.iter().map(|a| format!("{a:.3}")).collect();
-        curve.push_str(&format!(
-            "| {} | {} | {:.4} | {} | {:.3} |\n",
-            e.step,
-            e.tokens_seen,
-            e.loss,
-            acc.join(" / "),
-            e.acceptance_length
-        ));
-    }
+    let curve = validation_curve(&record.history.evals);
     let text = format!(
         "# How this head was made\n\nCommand: `{}`\n\n```text\n{}\n```\n\nTrainer settings: \
          `{:?}`\n\n## Validation curve (held-out sequences)\n\n{curve}",
@@ -391,7 +457,58 @@ pub fn write_training_record(dir: &Path, record: &TrainingRecord) -> Result<()> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use aquila_spec_decode::train::{DistillSequence, FeatureShard};
+    use aquila_spec_decode::train::{DistillSequence, FeatureShard, SetScores};
+
+    #[test]
+    fn the_curve_has_a_column_for_each_validation_set() {
+        let set = |name: &str, acceptance_length| SetScores {
+            name: name.into(),
+            loss: 1.0,
+            accuracy: vec![0.5],
+            acceptance_length,
+        };
+        let point = |step, sets| EvalPoint {
+            step,
+            tokens_seen: 100 * step as u64,
+            loss: 2.0,
+            accuracy: vec![0.5, 0.25],
+            acceptance_length: 1.75,
+            sets,
+        };
+        let evals = [
+            point(1, vec![set("eval-chat", 1.5), set("eval-chat-2", 1.25)]),
+            point(2, vec![set("eval-chat", 1.625)]),
+        ];
+        let curve = validation_curve(&evals);
+        let lines: Vec<&str> = curve.lines().collect();
+        assert_eq!(
+            lines[0],
+            "| step | training tokens | val loss | top-1 per step | AL | AL eval-chat | AL \
+             eval-chat-2 |"
+        );
+        assert_eq!(lines[1], "|---:|---:|---:|---|---:|---:|---:|");
+        assert_eq!(
+            lines[2],
+            "| 1 | 100 | 2.0000 | 0.500 / 0.250 | 1.750 | 1.500 | 1.250 |"
+        );
+        assert_eq!(
+            lines[3],
+            "| 2 | 200 | 2.0000 | 0.500 / 0.250 | 1.750 | 1.625 | |"
+        );
+        let lines = eval_lines(&evals[0]);
+        assert_eq!(lines.len(), 3);
+        assert!(
+            lines[1].starts_with("    eval-chat: val loss 1.0000"),
+            "{}",
+            lines[1]
+        );
+        assert!(
+            lines[2].ends_with("simulated acceptance length 1.250"),
+            "{}",
+            lines[2]
+        );
+        assert_eq!(validation_curve(&[]).lines().count(), 2);
+    }
 
     #[test]
     fn coverage_counts_held_out_response_labels_in_the_train_vocabulary() {

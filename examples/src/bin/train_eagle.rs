@@ -18,7 +18,8 @@
 //! 3. One target forward per sequence records the features the head learns from, the greedy
 //!    next token and the `--record-top-k` most likely ones.
 //! 4. The head trains with burn's autodiff on the CPU (`Autodiff<Flex>`), validating its
-//!    draft accuracy and simulated acceptance length on held-out self-distilled sequences.
+//!    draft accuracy and simulated acceptance length on held-out self-distilled sequences
+//!    and on the answers to `--validate-on` prompts files (unseen chat sets).
 //! 5. The head is exported (`config.json`, `model.safetensors`) with a `TRAINING.md` record.
 
 use std::path::{Path, PathBuf};
@@ -41,8 +42,11 @@ use aquila_examples::self_instruct::{
 };
 use aquila_examples::train_prompts::{generate_training_prompts, held_out_prompts, TrainingPrompt};
 use aquila_examples::training::{
-    build_head, draft_vocab_coverage, load_head, write_training_record, HeadMethod, OutputInit,
-    ProgressObserver, TrainingRecord,
+    build_head, draft_vocab_coverage, eval_lines, load_head, write_training_record, HeadMethod,
+    OutputInit, ProgressObserver, TrainingRecord,
+};
+use aquila_examples::validation_sets::{
+    set_name, validation_dir, validation_set, ValidationSettings,
 };
 use aquila_model_loader::checkpoint::FloatType;
 use aquila_model_loader::config::LlamaConfig;
@@ -214,6 +218,19 @@ struct Args {
     /// Nucleus threshold of the self-instructed requests' draws.
     #[arg(long, default_value_t = 0.95)]
     self_instruct_top_p: f32,
+    /// Also validate on the target's greedy answers to the prompts of this file (a prompts
+    /// file as for `eagle --prompts-file`; repeat it for several sets): recorded once, scored
+    /// at every validation beside the held-out split and never trained on.
+    #[arg(long)]
+    validate_on: Vec<PathBuf>,
+    /// Most answer tokens per prompt of the `--validate-on` sets (the eagle example's
+    /// `--max-tokens`).
+    #[arg(long, default_value_t = 64)]
+    validate_max_tokens: usize,
+    /// Score the head of `--init-head` on the held-out split and the `--validate-on` sets,
+    /// and exit without training.
+    #[arg(long)]
+    evaluate_only: bool,
     /// Train on the sampled, follow-up, self-instructed and corpus data alone: the greedy
     /// answers only give the validation sequences (for a warm start, `--init-head`, that takes
     /// in data new to the head rather than another pass over the greedy answers it was trained
@@ -353,6 +370,22 @@ fn main() -> Result<()> {
     if args.new_data_only {
         data = data.validating_only()?;
     }
+    for file in &args.validate_on {
+        let settings = ValidationSettings {
+            tap: &tap,
+            max_tokens: args.validate_max_tokens,
+            top_k: args.record_top_k,
+        };
+        let dir = validation_dir(&work_dir.join(method.name()), file);
+        let set = validation_set(&target_dir, file, &dir, settings, sizes)?;
+        let name = set_name(file);
+        println!(
+            "validation set {name}: {} sequences, {} tokens",
+            set.sequences().len(),
+            set.num_tokens()
+        );
+        data = data.with_validation_set(name, set)?;
+    }
     println!(
         "data: {} sequences, {} tokens ({} features){}",
         data.sequences().len(),
@@ -379,6 +412,9 @@ fn main() -> Result<()> {
     let history = match device {
         Device::Cpu | Device::CpuGeneric => run.execute::<Autodiff<Flex>>(&Default::default())?,
         Device::Cuda(index) => run.on_cuda(index)?,
+    };
+    let Some(history) = history else {
+        return Ok(());
     };
     check_export(&out, &target_config)?;
     let record = TrainingRecord {
@@ -463,10 +499,13 @@ fn print_vocab_coverage(data: &DistillData, config: &TrainConfig, vocab_size: us
 }
 
 /// Refuses a first sampled answer or self-instructed request without answers or requests to
-/// start it from.
+/// start it from, and an evaluation without a head to score.
 fn check_ranges(args: &Args) -> Result<()> {
     if args.first_sampled_answer > 0 && args.sampled_answers == 0 {
         bail!("--first-sampled-answer needs --sampled-answers: how many answers to sample from it");
+    }
+    if args.evaluate_only && args.init_head.is_none() {
+        bail!("--evaluate-only scores a saved head: name it with --init-head");
     }
     if args.first_self_instructed > 0 && args.self_instruct == 0 {
         bail!(
@@ -532,8 +571,9 @@ struct TrainingRun<'a> {
 }
 
 impl TrainingRun<'_> {
-    /// Trains on backend `B` (seeded), then exports the head; returns the history.
-    fn execute<B: TrainBackend>(&self, device: &B::Device) -> Result<TrainHistory> {
+    /// Trains on backend `B` (seeded), then exports the head; returns the history. With
+    /// `--evaluate-only`, prints the head's validation instead and returns `None`.
+    fn execute<B: TrainBackend>(&self, device: &B::Device) -> Result<Option<TrainHistory>> {
         B::seed(device, self.args.seed);
         let target = LlamaModel::<B>::load(self.target_dir, device)?.no_grad();
         let (train_set, _) = self.data.split(self.config.val_every);
@@ -549,6 +589,13 @@ impl TrainingRun<'_> {
                 device,
             )?,
         };
+        if self.args.evaluate_only {
+            let point = head.validate(&target, self.data, self.config)?;
+            for line in eval_lines(&point) {
+                println!("{line}");
+            }
+            return Ok(None);
+        }
         let mut observer = ProgressObserver::new();
         let (trained, history) = head.train(
             &target,
@@ -564,19 +611,19 @@ impl TrainingRun<'_> {
             ExportDtype::Bf16 => FloatType::BF16,
         };
         trained.export(self.out, dtype)?;
-        Ok(history)
+        Ok(Some(history))
     }
 
     /// Trains on CUDA device `index` (f32).
     #[cfg(feature = "cuda")]
-    fn on_cuda(&self, index: usize) -> Result<TrainHistory> {
+    fn on_cuda(&self, index: usize) -> Result<Option<TrainHistory>> {
         let device = burn::backend::cuda::CudaDevice::new(index);
         self.execute::<Autodiff<burn::backend::Cuda>>(&device)
     }
 
     /// Without the `cuda` feature there is no GPU backend to train on.
     #[cfg(not(feature = "cuda"))]
-    fn on_cuda(&self, index: usize) -> Result<TrainHistory> {
+    fn on_cuda(&self, index: usize) -> Result<Option<TrainHistory>> {
         Err(aquila_examples::device::DeviceError::NotBuiltWithCuda(Device::Cuda(index)).into())
     }
 }

@@ -1,6 +1,7 @@
 //! The examples' integration tests, one binary: device choice, the EAGLE report, engines run
-//! step by step in turn, the shipped head, and warm-starting a head's training; `tiny` holds
-//! what the tests on the tiny fixture model share.
+//! step by step in turn, the shipped head, validation sets from prompts files, and
+//! warm-starting a head's training; `tiny` holds what the tests on the tiny fixture model
+//! share.
 //!
 //! All test files of the crate compile into this one binary, so the suite links once instead
 //! of once per file.
@@ -12,4 +13,5 @@ mod interleaved;
 mod self_instructed_data;
 mod shipped_head;
 mod tiny;
+mod validation_set;
 mod warm_start;

@@ -138,6 +138,23 @@ pub struct EvalPoint {
     pub accuracy: Vec<f64>,
     /// Mean acceptance length of greedy chains of `eval_chain` drafts at temperature 0.
     pub acceptance_length: f64,
+    /// The same scores on each of the data's validation sets
+    /// ([`super::DistillData::with_validation_set`]), in their order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sets: Vec<SetScores>,
+}
+
+/// The validation scores of one named set of sequences that never train.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SetScores {
+    /// The set's name.
+    pub name: String,
+    /// Mean loss per batch.
+    pub loss: f32,
+    /// Top-1 accuracy of each draft step of the simulated chain (teacher-forced).
+    pub accuracy: Vec<f64>,
+    /// Mean acceptance length of greedy chains of `eval_chain` drafts at temperature 0.
+    pub acceptance_length: f64,
 }
 
 /// The losses and validations of a run (kept across resumes).

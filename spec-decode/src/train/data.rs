@@ -29,6 +29,17 @@ pub struct BatchData {
     pub top_probs: Vec<f32>,
 }
 
+/// A named set of recorded sequences that only validates (answers to prompts a head never
+/// trains on, such as an unseen chat set), scored beside the held-out split at every
+/// validation.
+#[derive(Debug, Clone)]
+pub struct ValidationSet {
+    /// The set's name in reports.
+    pub name: String,
+    /// Its sequences, every one validating.
+    pub data: DistillData,
+}
+
 /// Recorded self-distillation data.
 #[derive(Debug, Clone)]
 pub struct DistillData {
@@ -39,6 +50,8 @@ pub struct DistillData {
     /// Whether the sequences of the shards before `training_only_from` that are not held out
     /// train (see [`DistillData::validating_only`]).
     split_shards_train: bool,
+    /// Sets scored at every validation beside the held-out split; none of them trains.
+    validation_sets: Vec<ValidationSet>,
 }
 
 impl DistillData {
@@ -59,6 +72,7 @@ impl DistillData {
             shards,
             training_only_from,
             split_shards_train: true,
+            validation_sets: Vec::new(),
         })
     }
 
@@ -95,6 +109,39 @@ impl DistillData {
             split_shards_train: false,
             ..self
         })
+    }
+
+    /// The same data with `set` scored as `name` at every validation beside the held-out
+    /// split (none of its sequences trains). Fails when its features are not this data's, or
+    /// when a set of that name is already there.
+    pub fn with_validation_set(
+        mut self,
+        name: impl Into<String>,
+        set: DistillData,
+    ) -> Result<Self, TrainError> {
+        let name = name.into();
+        if set.tap() != self.tap() || set.feature_width() != self.feature_width() {
+            return Err(TrainError::Data(format!(
+                "validation set {name} has {} features {} wide, the training data {} features \
+                 {} wide",
+                set.tap(),
+                set.feature_width(),
+                self.tap(),
+                self.feature_width()
+            )));
+        }
+        if self.validation_sets.iter().any(|s| s.name == name) {
+            return Err(TrainError::Data(format!(
+                "two validation sets are named {name}"
+            )));
+        }
+        self.validation_sets.push(ValidationSet { name, data: set });
+        Ok(self)
+    }
+
+    /// The sets scored beside the held-out split, in the order they were added.
+    pub fn validation_sets(&self) -> &[ValidationSet] {
+        &self.validation_sets
     }
 
     /// The tap the features come from (`last_hidden`, `aux:...`).
@@ -313,6 +360,34 @@ mod tests {
         assert_eq!(val, vec![(0, 0), (0, 2)]);
         assert_eq!(train, vec![(0, 1), (0, 3), (1, 0), (1, 1), (1, 2), (1, 3)]);
         assert_eq!(data.split(0).0.len(), 8);
+    }
+
+    #[test]
+    fn validation_sets_stay_out_of_the_split_and_must_match_the_features() {
+        let set = data();
+        let data = data().with_validation_set("unseen", set).unwrap();
+        assert_eq!(data.split(2), self::data().split(2));
+        assert_eq!(data.sequences().len(), 4);
+        let sets = data.validation_sets();
+        assert_eq!(sets.len(), 1);
+        assert_eq!(sets[0].name, "unseen");
+        assert_eq!(sets[0].data.sequences().len(), 4);
+        let again = data.clone().with_validation_set("unseen", self::data());
+        assert!(again
+            .unwrap_err()
+            .to_string()
+            .contains("two validation sets"));
+        let wider = DistillData::new(vec![FeatureShard::new(2, "last_hidden")]);
+        assert!(wider.is_err(), "a set without sequences is refused");
+        let mut shard = FeatureShard::new(2, "last_hidden");
+        let sequence = DistillSequence {
+            tokens: vec![1, 2],
+            prompt_len: 1,
+        };
+        shard.push(&sequence, &[0.0; 4], &[2, 3]).unwrap();
+        let wider = DistillData::new(vec![shard]).unwrap();
+        let err = data.with_validation_set("wide", wider).unwrap_err();
+        assert!(err.to_string().contains("2 wide"), "{err}");
     }
 
     #[test]

@@ -24,8 +24,8 @@ mod trainer;
 mod unroll;
 
 pub use checkpoint::TrainCheckpoint;
-pub use config::{EvalPoint, TrainConfig, TrainHistory, TrainPoint};
-pub use data::{BatchData, DistillData, SequenceRef};
+pub use config::{EvalPoint, SetScores, TrainConfig, TrainHistory, TrainPoint};
+pub use data::{BatchData, DistillData, SequenceRef, ValidationSet};
 pub use error::TrainError;
 pub use objective::Objective;
 pub use observer::{SilentObserver, TrainObserver};
@@ -33,5 +33,5 @@ pub use record::{record_shard, tap_name};
 pub use schedule::WarmupCosine;
 pub use shard::{read_shards, shard_path, DistillSequence, FeatureShard, SHARD_FORMAT};
 pub use step::{run_batch, BatchStats, StepOptions};
-pub use trainer::{evaluate, target_to_draft, train, DraftHeadModule, TrainBackend};
+pub use trainer::{evaluate, target_to_draft, train, validate, DraftHeadModule, TrainBackend};
 pub use unroll::{plan_batch, BatchPlan, PlannedSequence, StepPlan};

@@ -18,8 +18,8 @@ use super::checkpoint::TrainCheckpoint;
 use super::schedule::WarmupCosine;
 use super::step::{run_batch, BatchStats, StepOptions};
 use super::{
-    DistillData, EvalPoint, SequenceRef, TrainConfig, TrainError, TrainHistory, TrainObserver,
-    TrainPoint,
+    DistillData, EvalPoint, SequenceRef, SetScores, TrainConfig, TrainError, TrainHistory,
+    TrainObserver, TrainPoint,
 };
 use crate::eagle::{Eagle1Head, Eagle3Head, EagleHead};
 
@@ -159,7 +159,7 @@ where
 
         let last = step == stop;
         if !val_set.is_empty() && (step % config.eval_every == 0 || last) {
-            let eval = evaluate(
+            let eval = validate_on(
                 &head.valid(),
                 &target_inner,
                 data,
@@ -179,6 +179,14 @@ where
                 acceptance_length = point.acceptance_length,
                 "validation"
             );
+            for set in &point.sets {
+                tracing::info!(
+                    step,
+                    set = set.name,
+                    acceptance_length = set.acceptance_length,
+                    "validation set"
+                );
+            }
             observer.on_eval(&point);
             history.evals.push(point);
         }
@@ -204,6 +212,43 @@ fn run_fingerprint(config: &TrainConfig, batches: &[Vec<SequenceRef>]) -> String
         batches.len(),
         std::hash::Hasher::finish(&hash)
     )
+}
+
+/// Validation as a run does it (see [`train`]): `head` on the held-out split of `data`
+/// (every `config.val_every`-th sequence of its split shards) and on each of its validation
+/// sets ([`DistillData::with_validation_set`]). Scores a saved head without training it.
+pub fn validate<B: KernelBackend, H: DraftHeadModule<B>>(
+    head: &H,
+    target: &LlamaModel<B>,
+    data: &DistillData,
+    config: &TrainConfig,
+) -> Result<EvalPoint, TrainError> {
+    let (_, val_set) = data.split(config.val_every);
+    let target_to_draft = target_to_draft(&head.to_eagle_head(), target.config().vocab_size);
+    validate_on(head, target, data, &val_set, config, &target_to_draft)
+}
+
+/// [`evaluate`] on `val_set` of `data`, with the scores of each of its validation sets.
+fn validate_on<B: KernelBackend, H: DraftHeadModule<B>>(
+    head: &H,
+    target: &LlamaModel<B>,
+    data: &DistillData,
+    val_set: &[SequenceRef],
+    config: &TrainConfig,
+    target_to_draft: &[Option<u32>],
+) -> Result<EvalPoint, TrainError> {
+    let mut point = evaluate(head, target, data, val_set, config, target_to_draft)?;
+    for set in data.validation_sets() {
+        let sequences = set.data.sequences();
+        let eval = evaluate(head, target, &set.data, &sequences, config, target_to_draft)?;
+        point.sets.push(SetScores {
+            name: set.name.clone(),
+            loss: eval.loss,
+            accuracy: eval.accuracy,
+            acceptance_length: eval.acceptance_length,
+        });
+    }
+    Ok(point)
 }
 
 /// Validation over `sequences`: mean loss, per-step accuracy and simulated acceptance length
@@ -238,6 +283,7 @@ pub fn evaluate<B: KernelBackend, H: DraftHeadModule<B>>(
         loss: loss_sum / batches.len().max(1) as f32,
         accuracy: stats.accuracy(),
         acceptance_length: stats.simulated_acceptance_length(),
+        sets: Vec::new(),
     })
 }
 

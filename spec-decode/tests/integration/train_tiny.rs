@@ -11,7 +11,7 @@ use aquila_model_loader::fixtures::llama::{write_tiny_llama, TinyLlamaOptions};
 use aquila_model_loader::model::{rms_norm, FeatureTap, LlamaModel};
 use aquila_spec_decode::eagle::{write_head_dir, DraftVocabMap, Eagle1Head, Eagle3Head, EagleHead};
 use aquila_spec_decode::train::{
-    record_shard, train, DistillData, DistillSequence, DraftHeadModule, SilentObserver,
+    record_shard, train, validate, DistillData, DistillSequence, DraftHeadModule, SilentObserver,
     TrainConfig, TrainError, TrainHistory,
 };
 use burn::backend::{Autodiff, Flex};
@@ -182,6 +182,58 @@ fn eagle1_loss_falls_and_training_is_deterministic() {
     };
     let (original, again) = (evaluate(&trained.valid()), evaluate(reloaded.as_ref()));
     assert_eq!(original.accuracy, again.accuracy);
+}
+
+#[test]
+fn validation_sets_are_scored_at_every_validation_and_never_train() {
+    let setup = setup();
+    let data = data(&setup, &FeatureTap::LastHidden);
+    let unseen_sequences = &sequences(&setup, 16)[12..];
+    let unseen = record_shard(
+        &setup.inner,
+        &FeatureTap::LastHidden,
+        unseen_sequences,
+        64,
+        0,
+    );
+    let unseen = DistillData::new(vec![unseen.unwrap()]).unwrap();
+    let with_set = data
+        .clone()
+        .with_validation_set("unseen", unseen.clone())
+        .unwrap();
+    let config = TrainConfig {
+        epochs: 4,
+        eval_every: 8,
+        ..small(TrainConfig::eagle1())
+    };
+    let head = eagle1_head(&setup);
+    let (_, plain) = train_quietly(&setup, head.clone(), &data, &config);
+    let (trained, scored) = train_quietly(&setup, head, &with_set, &config);
+    assert_eq!(losses(&plain), losses(&scored), "the set never trains");
+    assert!(scored.evals.len() >= 2);
+    for (plain, scored) in plain.evals.iter().zip(&scored.evals) {
+        assert_eq!(plain.accuracy, scored.accuracy);
+        assert!(plain.sets.is_empty());
+        assert_eq!(scored.sets.len(), 1);
+        assert_eq!(scored.sets[0].name, "unseen");
+    }
+    // The last scores are those of the trained head on the set, which `validate` gives again.
+    let last = &scored.evals.last().unwrap().sets[0];
+    let on_set = aquila_spec_decode::train::evaluate(
+        &trained.valid(),
+        &setup.inner,
+        &unseen,
+        &unseen.sequences(),
+        &config,
+        &identity_map(&setup),
+    )
+    .unwrap();
+    assert_eq!(last.accuracy, on_set.accuracy);
+    assert_eq!(last.acceptance_length, on_set.acceptance_length);
+    let again = validate(&trained.valid(), &setup.inner, &with_set, &config).unwrap();
+    assert_eq!(&again.sets[0], last);
+    let first = &scored.evals[0].sets[0];
+    assert_ne!(first.loss, last.loss, "the scores follow the training");
 }
 
 /// The EAGLE-3 tap of the tiny target.
