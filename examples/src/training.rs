@@ -162,23 +162,17 @@ pub fn load_head<B: TrainBackend>(
     }
 }
 
-/// For each size: the share of the greedy next tokens at response positions of `held_out`
-/// that a draft vocabulary of that many of the most frequent tokens of `train` covers (a
-/// draft head can never propose a token outside its vocabulary).
-pub fn draft_vocab_coverage(
-    data: &DistillData,
-    train: &[SequenceRef],
-    held_out: &[SequenceRef],
-    vocab_size: usize,
-    sizes: &[usize],
-) -> Vec<(usize, f64)> {
-    let counts = data.response_token_counts(train, vocab_size);
-    let wanted = data.response_token_counts(held_out, vocab_size);
+/// For each size: the share of the greedy next tokens counted in `wanted` that a draft
+/// vocabulary of that many of the most frequent tokens of `counts` covers (a draft head can
+/// never propose a token outside its vocabulary). Both count every token of the target's
+/// vocabulary ([`DistillData::response_token_counts`]: `counts` over the training sequences,
+/// `wanted` over held-out ones).
+pub fn draft_vocab_coverage(counts: &[u64], wanted: &[u64], sizes: &[usize]) -> Vec<(usize, f64)> {
     let total: u64 = wanted.iter().sum();
     sizes
         .iter()
         .map(|&size| {
-            let covered: u64 = most_frequent(&counts, size.min(vocab_size))
+            let covered: u64 = most_frequent(counts, size.min(counts.len()))
                 .iter()
                 .map(|&id| wanted[id as usize])
                 .sum();
@@ -395,12 +389,15 @@ impl TrainingRecord {
 }
 
 /// The validation curve as a Markdown table: the held-out split's scores and the acceptance
-/// length on each validation set (named by the first validation).
+/// length on each validation set, in the order the sets first appear (a run resumed with
+/// another set leaves the validations before it blank in that set's column).
 fn validation_curve(evals: &[EvalPoint]) -> String {
-    let names: Vec<&str> = evals
-        .first()
-        .map(|e| e.sets.iter().map(|s| s.name.as_str()).collect())
-        .unwrap_or_default();
+    let mut names: Vec<&str> = Vec::new();
+    for set in evals.iter().flat_map(|e| &e.sets) {
+        if !names.contains(&set.name.as_str()) {
+            names.push(&set.name);
+        }
+    }
     let mut curve = String::from("| step | training tokens | val loss | top-1 per step | AL |");
     for name in &names {
         curve.push_str(&format!(" AL {name} |"));
@@ -476,8 +473,8 @@ mod tests {
             sets,
         };
         let evals = [
-            point(1, vec![set("eval-chat", 1.5), set("eval-chat-2", 1.25)]),
-            point(2, vec![set("eval-chat", 1.625)]),
+            point(1, vec![set("eval-chat", 1.5)]),
+            point(2, vec![set("eval-chat", 1.625), set("eval-chat-2", 1.25)]),
         ];
         let curve = validation_curve(&evals);
         let lines: Vec<&str> = curve.lines().collect();
@@ -489,13 +486,13 @@ mod tests {
         assert_eq!(lines[1], "|---:|---:|---:|---|---:|---:|---:|");
         assert_eq!(
             lines[2],
-            "| 1 | 100 | 2.0000 | 0.500 / 0.250 | 1.750 | 1.500 | 1.250 |"
+            "| 1 | 100 | 2.0000 | 0.500 / 0.250 | 1.750 | 1.500 | |"
         );
         assert_eq!(
             lines[3],
-            "| 2 | 200 | 2.0000 | 0.500 / 0.250 | 1.750 | 1.625 | |"
+            "| 2 | 200 | 2.0000 | 0.500 / 0.250 | 1.750 | 1.625 | 1.250 |"
         );
-        let lines = eval_lines(&evals[0]);
+        let lines = eval_lines(&evals[1]);
         assert_eq!(lines.len(), 3);
         assert!(
             lines[1].starts_with("    eval-chat: val loss 1.0000"),
@@ -523,7 +520,9 @@ mod tests {
             shard.push(&sequence, &vec![0.0; n], &labels).unwrap();
         }
         let data = DistillData::new(vec![shard]).unwrap();
-        let coverage = draft_vocab_coverage(&data, &[(0, 0)], &[(0, 1)], 10, &[1, 2]);
+        let counts = data.response_token_counts(&[(0, 0)], 10);
+        let wanted = data.response_token_counts(&[(0, 1)], 10);
+        let coverage = draft_vocab_coverage(&counts, &wanted, &[1, 2]);
         assert_eq!(coverage, vec![(1, 0.5), (2, 0.5)]);
     }
 }

@@ -483,19 +483,28 @@ fn corpus_shards(
     Ok(shards)
 }
 
-/// Prints how much of the held-out greedy tokens draft vocabularies of several sizes cover.
+/// Prints how much of the held-out greedy tokens, and of each validation set's, draft
+/// vocabularies of several sizes cover.
 fn print_vocab_coverage(data: &DistillData, config: &TrainConfig, vocab_size: usize) {
     let (train_set, val_set) = data.split(config.val_every);
+    let counts = data.response_token_counts(&train_set, vocab_size);
+    let mut wanted = vec![(
+        "held-out greedy tokens".to_string(),
+        data.response_token_counts(&val_set, vocab_size),
+    )];
+    for set in data.validation_sets() {
+        let sequences = set.data.sequences();
+        let tokens = set.data.response_token_counts(&sequences, vocab_size);
+        wanted.push((format!("{}'s greedy tokens", set.name), tokens));
+    }
     let sizes = [1024, 2048, 4096, 8192, 16384, 32768];
-    let coverage = draft_vocab_coverage(data, &train_set, &val_set, vocab_size, &sizes);
-    let line: Vec<String> = coverage
-        .iter()
-        .map(|(size, share)| format!("{size}: {:.4}", share))
-        .collect();
-    println!(
-        "draft vocabulary coverage of held-out greedy tokens: {}",
-        line.join(", ")
-    );
+    for (name, tokens) in wanted {
+        let line: Vec<String> = draft_vocab_coverage(&counts, &tokens, &sizes)
+            .iter()
+            .map(|(size, share)| format!("{size}: {share:.4}"))
+            .collect();
+        println!("draft vocabulary coverage of {name}: {}", line.join(", "));
+    }
 }
 
 /// Refuses a first sampled answer or self-instructed request without answers or requests to
