@@ -1,6 +1,6 @@
 //! `train-eagle --validate-on FILE`: a prompts file's set is the engine's greedy answers to its
 //! prompts, recorded once, recorded again when the file changes, and a bad file is an error
-//! naming it.
+//! naming it; `--evaluate-only` needs a head to score.
 
 use aquila_engine::{EngineConfig, Llm, SamplingParams};
 use aquila_examples::distill::GenerationSizes;
@@ -99,4 +99,16 @@ fn a_missing_or_empty_prompts_file_is_an_error_naming_it() {
     let err = validation_set(model.path(), &empty, &dir, settings, SIZES).unwrap_err();
     assert!(format!("{err:#}").contains("no prompt"), "{err:#}");
     assert!(!dir.join("shard-00000.safetensors").exists());
+}
+
+#[test]
+fn evaluating_without_a_head_to_score_is_refused_before_any_work() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_train-eagle"))
+        .args(["--evaluate-only", "--target", "/nonexistent"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("name it with --init-head"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
 }
