@@ -508,13 +508,25 @@ fn print_vocab_coverage(data: &DistillData, config: &TrainConfig, vocab_size: us
 }
 
 /// Refuses a first sampled answer or self-instructed request without answers or requests to
-/// start it from, and an evaluation without a head to score.
+/// start it from, an evaluation without a head to score, and two validation sets of one name.
 fn check_ranges(args: &Args) -> Result<()> {
     if args.first_sampled_answer > 0 && args.sampled_answers == 0 {
         bail!("--first-sampled-answer needs --sampled-answers: how many answers to sample from it");
     }
     if args.evaluate_only && args.init_head.is_none() {
         bail!("--evaluate-only scores a saved head: name it with --init-head");
+    }
+    for (index, file) in args.validate_on.iter().enumerate() {
+        let name = set_name(file);
+        if args.validate_on[..index]
+            .iter()
+            .any(|f| set_name(f) == name)
+        {
+            bail!(
+                "two --validate-on files are named {name}: each set is kept and reported under \
+                 its file name"
+            );
+        }
     }
     if args.first_self_instructed > 0 && args.self_instruct == 0 {
         bail!(

@@ -1,6 +1,6 @@
 //! `train-eagle --validate-on FILE`: a prompts file's set is the engine's greedy answers to its
 //! prompts, recorded once, recorded again when the file changes, and a bad file is an error
-//! naming it; `--evaluate-only` needs a head to score.
+//! naming it; `--evaluate-only` needs a head to score, and two sets need two names.
 
 use aquila_engine::{EngineConfig, Llm, SamplingParams};
 use aquila_examples::distill::GenerationSizes;
@@ -102,7 +102,7 @@ fn a_missing_or_empty_prompts_file_is_an_error_naming_it() {
 }
 
 #[test]
-fn evaluating_without_a_head_to_score_is_refused_before_any_work() {
+fn an_evaluation_without_a_head_or_two_sets_of_one_name_are_refused_before_any_work() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_train-eagle"))
         .args(["--evaluate-only", "--target", "/nonexistent"])
         .output()
@@ -111,4 +111,15 @@ fn evaluating_without_a_head_to_score_is_refused_before_any_work() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("name it with --init-head"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_train-eagle"))
+        .args(["--target", "/nonexistent", "--validate-on", "a/chat.jsonl"])
+        .args(["--validate-on", "b/chat.jsonl"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("two --validate-on files are named chat"),
+        "{stderr}"
+    );
 }
