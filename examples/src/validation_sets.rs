@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use aquila_engine::{EngineConfig, Llm, SamplingParams};
+use aquila_engine::{EngineConfig, Llm, Prompt, SamplingParams};
 use aquila_model_loader::model::{FeatureTap, LlamaModel};
 use aquila_spec_decode::train::{
     read_shards, record_shard, shard_path, tap_name, DistillData, FeatureShard,
@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::distill::{distill_sequence, GenerationSizes};
-use crate::prompts::read_prompts_file;
+use crate::prompts::parse_prompts_jsonl;
 
 /// How a validation set was recorded; a set recorded otherwise (another file content, answer
 /// length or tap) is recorded again.
@@ -67,20 +67,22 @@ pub fn validation_set(
     settings: ValidationSettings<'_>,
     sizes: GenerationSizes,
 ) -> Result<DistillData> {
-    let bytes = std::fs::read(prompts_file)
+    if settings.max_tokens == 0 {
+        bail!("validation answers need at least one token (--validate-max-tokens)");
+    }
+    let text = std::fs::read_to_string(prompts_file)
         .with_context(|| format!("reading the validation prompts {}", prompts_file.display()))?;
+    let prompts = parse_prompts_jsonl(&text, &prompts_file.display().to_string())?;
     let manifest = ValidationManifest {
-        prompts_sha256: format!("{:x}", Sha256::digest(&bytes)),
+        prompts_sha256: format!("{:x}", Sha256::digest(text.as_bytes())),
         max_tokens: settings.max_tokens,
         tap: tap_name(settings.tap),
         top_k: settings.top_k,
     };
-    if settings.max_tokens == 0 {
-        bail!("validation answers need at least one token (--validate-max-tokens)");
-    }
     let shard_file = shard_path(data_dir, 0);
     if stored_manifest(data_dir)? != Some(manifest.clone()) || !shard_file.exists() {
-        let shard = record(model_dir, prompts_file, &manifest, settings.tap, sizes)?;
+        let name = set_name(prompts_file);
+        let shard = record(model_dir, &name, prompts, &manifest, settings.tap, sizes)?;
         std::fs::create_dir_all(data_dir)
             .with_context(|| format!("creating {}", data_dir.display()))?;
         shard.write(&shard_file)?;
@@ -106,20 +108,20 @@ fn stored_manifest(data_dir: &Path) -> Result<Option<ValidationManifest>> {
     Ok(serde_json::from_str(&text).ok())
 }
 
-/// Answers every prompt of `prompts_file` greedily and records the answers' features.
+/// Answers `prompts` (the set `name`) greedily and records the answers' features.
 fn record(
     model_dir: &Path,
-    prompts_file: &Path,
+    name: &str,
+    prompts: Vec<Prompt>,
     manifest: &ValidationManifest,
     tap: &FeatureTap,
     sizes: GenerationSizes,
 ) -> Result<FeatureShard> {
-    let prompts = read_prompts_file(prompts_file)?;
     let bar = crate::progress::bar(
         prompts.len() as u64,
         "validation set [{bar:30}] {pos}/{len} prompts {elapsed_precise} {msg}",
     );
-    bar.set_message(format!("{}: answering", set_name(prompts_file)));
+    bar.set_message(format!("{name}: answering"));
     let mut llm = Llm::new(EngineConfig {
         max_num_seqs: sizes.max_num_seqs,
         ..EngineConfig::new(model_dir)
@@ -127,7 +129,7 @@ fn record(
     let count = prompts.len();
     let outputs = llm.generate(prompts, &SamplingParams::greedy(manifest.max_tokens))?;
     drop(llm);
-    bar.set_message(format!("{}: recording features", set_name(prompts_file)));
+    bar.set_message(format!("{name}: recording features"));
     let sequences: Vec<_> = outputs.iter().map(distill_sequence).collect();
     let target = LlamaModel::<Flex>::load(model_dir, &Default::default())
         .with_context(|| format!("loading {}", model_dir.display()))?;
