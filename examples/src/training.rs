@@ -80,22 +80,37 @@ pub enum OutputInit {
     FrozenTarget,
 }
 
-/// A new head of `method` for `target_model`: one decoder layer shaped like the target's,
-/// randomly initialized; for EAGLE-3 a draft vocabulary of the `draft_vocab` tokens the target
-/// emits most often in `train_set` (sorted by id) and an output layer started as `output`
-/// says (EAGLE-1 heads always use the target's lm_head).
+/// The shape of a new head and where its output layer starts.
+#[derive(Debug, Clone, Copy)]
+pub struct NewHeadSettings {
+    /// EAGLE-3: the draft vocabulary, the `draft_vocab` tokens the target emits most often in
+    /// the training set.
+    pub draft_vocab: usize,
+    /// Width of the decoder layer's MLP; `None` takes the target's.
+    pub intermediate_size: Option<usize>,
+    /// EAGLE-3: where the final norm and lm_head start (EAGLE-1 heads always use the target's
+    /// lm_head).
+    pub output: OutputInit,
+}
+
+/// A new head of `method` for `target_model`: one decoder layer shaped like the target's but
+/// for the MLP width `settings` may give, randomly initialized; for EAGLE-3 a draft
+/// vocabulary of the `settings.draft_vocab` tokens the target emits most often in `train_set`
+/// (sorted by id) and an output layer started as `settings.output` says.
 pub fn build_head<B: TrainBackend>(
     method: HeadMethod,
     target_model: &LlamaModel<B>,
     data: &DistillData,
     train_set: &[SequenceRef],
-    draft_vocab: usize,
-    output: OutputInit,
+    settings: &NewHeadSettings,
     device: &B::Device,
 ) -> Result<DraftHead<B>> {
     let target = target_model.config();
     let layer = LlamaConfig {
         num_hidden_layers: 1,
+        intermediate_size: settings
+            .intermediate_size
+            .unwrap_or(target.intermediate_size),
         ..target.clone()
     };
     Ok(match method {
@@ -112,7 +127,7 @@ pub fn build_head<B: TrainBackend>(
                 unreachable!("EAGLE-3 taps auxiliary layers")
             };
             let counts = data.response_token_counts(train_set, target.vocab_size);
-            let kept = most_frequent(&counts, draft_vocab.min(target.vocab_size));
+            let kept = most_frequent(&counts, settings.draft_vocab.min(target.vocab_size));
             let config = Eagle3Config {
                 layer,
                 draft_vocab_size: kept.len(),
@@ -123,7 +138,7 @@ pub fn build_head<B: TrainBackend>(
             };
             let map = DraftVocabMap::from_target_ids(&kept, target.vocab_size)?;
             let head = Eagle3Head::init(&config, target, map, device)?;
-            let head = match output {
+            let head = match settings.output {
                 OutputInit::Random => head,
                 OutputInit::Target => head.with_output_from(target_model, true),
                 OutputInit::FrozenTarget => head.with_output_from(target_model, false),

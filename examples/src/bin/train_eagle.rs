@@ -43,7 +43,7 @@ use aquila_examples::self_instruct::{
 use aquila_examples::train_prompts::{generate_training_prompts, held_out_prompts, TrainingPrompt};
 use aquila_examples::training::{
     build_head, draft_vocab_coverage, eval_lines, load_head, write_training_record, HeadMethod,
-    OutputInit, ProgressObserver, TrainingRecord,
+    NewHeadSettings, OutputInit, ProgressObserver, TrainingRecord,
 };
 use aquila_examples::validation_sets::{
     set_name, validation_dir, validation_set, ValidationSettings,
@@ -129,8 +129,13 @@ struct Args {
     /// target (its lm_head rows of the draft vocabulary), trained further or kept fixed.
     #[arg(long, value_enum, default_value_t = OutputInit::Random)]
     output_init: OutputInit,
-    /// Start from the head in this directory (a warm start: its weights and its draft
-    /// vocabulary, so `--draft-vocab` and `--output-init` do not apply) instead of a new one,
+    /// Width of a new head's MLP (its decoder layer's `intermediate_size`); the target's
+    /// by default. A wider head has more capacity at a higher cost per draft step.
+    #[arg(long)]
+    head_intermediate_size: Option<usize>,
+    /// Start from the head in this directory (a warm start: its weights, its draft vocabulary
+    /// and its shape, so `--draft-vocab`, `--head-intermediate-size` and `--output-init` do
+    /// not apply) instead of a new one,
     /// and train it further on this run's data; a lower `--lr` than a new head's suits it.
     /// Keep the head's `--seed` and `--prompts`: they choose the held-out prompts.
     #[arg(long)]
@@ -513,6 +518,12 @@ fn check_ranges(args: &Args) -> Result<()> {
     if args.first_sampled_answer > 0 && args.sampled_answers == 0 {
         bail!("--first-sampled-answer needs --sampled-answers: how many answers to sample from it");
     }
+    if args.head_intermediate_size == Some(0) {
+        bail!("--head-intermediate-size must be at least 1");
+    }
+    if args.head_intermediate_size.is_some() && args.init_head.is_some() {
+        bail!("--head-intermediate-size shapes a new head; a head of --init-head keeps its own");
+    }
     if args.evaluate_only && args.init_head.is_none() {
         bail!("--evaluate-only scores a saved head: name it with --init-head");
     }
@@ -605,8 +616,11 @@ impl TrainingRun<'_> {
                 &target,
                 self.data,
                 &train_set,
-                self.args.draft_vocab,
-                self.args.output_init,
+                &NewHeadSettings {
+                    draft_vocab: self.args.draft_vocab,
+                    intermediate_size: self.args.head_intermediate_size,
+                    output: self.args.output_init,
+                },
                 device,
             )?,
         };

@@ -7,10 +7,10 @@ use std::path::Path;
 use aquila_model_loader::backend::KernelBackend;
 use aquila_model_loader::model::LlamaModel;
 use burn::grad_clipping::GradientClippingConfig;
-use burn::module::{AutodiffModule, Module};
+use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
 use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::ElementConversion;
+use burn::tensor::{ElementConversion, Tensor};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -95,7 +95,7 @@ where
     let target_to_draft = target_to_draft(&head.to_eagle_head(), vocab_size);
     let target_inner = target.valid();
 
-    let run = run_fingerprint(config, &schedule_batches);
+    let run = run_fingerprint(config, &schedule_batches, &parameter_shapes(&head));
     let mut head = head;
     let mut history = TrainHistory::default();
     let mut start = 0;
@@ -199,8 +199,13 @@ where
     Ok((head, history))
 }
 
-/// Identifies a run: its settings (all but where it stops) and its batches.
-fn run_fingerprint(config: &TrainConfig, batches: &[Vec<SequenceRef>]) -> String {
+/// Identifies a run: its settings (all but where it stops), its batches and the shapes of the
+/// head's parameters (a checkpoint of a head of another shape cannot be resumed into this one).
+fn run_fingerprint(
+    config: &TrainConfig,
+    batches: &[Vec<SequenceRef>],
+    shapes: &[Vec<usize>],
+) -> String {
     let settings = TrainConfig {
         stop_after: None,
         ..config.clone()
@@ -208,10 +213,23 @@ fn run_fingerprint(config: &TrainConfig, batches: &[Vec<SequenceRef>]) -> String
     let mut hash = std::collections::hash_map::DefaultHasher::new();
     std::hash::Hash::hash(batches, &mut hash);
     format!(
-        "{settings:?}\nbatches: {} (hash {:016x})\n",
+        "{settings:?}\nbatches: {} (hash {:016x})\nparameters: {shapes:?}\n",
         batches.len(),
         std::hash::Hasher::finish(&hash)
     )
+}
+
+/// The shapes of `module`'s float parameters, in the module's visiting order.
+fn parameter_shapes<B: Backend, M: Module<B>>(module: &M) -> Vec<Vec<usize>> {
+    struct Shapes(Vec<Vec<usize>>);
+    impl<B: Backend> ModuleVisitor<B> for Shapes {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            self.0.push(param.lazy_shape().to_vec());
+        }
+    }
+    let mut shapes = Shapes(Vec::new());
+    module.visit(&mut shapes);
+    shapes.0
 }
 
 /// Validation as a run does it (see [`train`]): `head` on the held-out split of `data`

@@ -95,8 +95,13 @@ fn one_layer(config: &LlamaConfig) -> LlamaConfig {
 }
 
 fn eagle1_head(setup: &Setup) -> Eagle1Head<Ad> {
+    eagle1_head_of(setup, one_layer(&setup.config))
+}
+
+/// A new EAGLE-1 head whose decoder layer is `layer`.
+fn eagle1_head_of(setup: &Setup, layer: LlamaConfig) -> Eagle1Head<Ad> {
     let config = Eagle1Config {
-        layer: one_layer(&setup.config),
+        layer,
         fc_bias: Some(true),
         origin: Path::new("test").to_path_buf(),
     };
@@ -395,13 +400,30 @@ fn a_stopped_run_resumes_to_the_same_result() {
     // A checkpoint of other settings is refused, not silently mixed in.
     let other = TrainConfig {
         learning_rate: 1e-4,
-        ..config
+        ..config.clone()
     };
     let err = train(
         head,
         &setup.target,
         &data,
         &other,
+        Some(dir.path()),
+        &mut SilentObserver,
+    )
+    .unwrap_err();
+    assert!(matches!(err, TrainError::Checkpoint(_)), "{err}");
+
+    // So is one of a head of another shape (a wider MLP), under the same settings.
+    let wider = LlamaConfig {
+        intermediate_size: 2 * setup.config.intermediate_size,
+        ..one_layer(&setup.config)
+    };
+    let wider = eagle1_head_of(&setup, wider);
+    let err = train(
+        wider,
+        &setup.target,
+        &data,
+        &config,
         Some(dir.path()),
         &mut SilentObserver,
     )
