@@ -62,6 +62,7 @@ pub fn write_untrained_eagle3(model_dir: &Path, out: &Path) -> Result<()> {
         draft_vocab_size: UNTRAINED_EAGLE3_DRAFT_VOCAB.min(target.vocab_size),
         aux_layer_ids,
         seed: 3,
+        ..TinyEagle3Options::default()
     };
     write_tiny_eagle3(out, &target, &options)
         .with_context(|| format!("writing an untrained EAGLE-3 head to {}", out.display()))

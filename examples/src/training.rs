@@ -86,15 +86,17 @@ pub struct NewHeadSettings {
     /// EAGLE-3: the draft vocabulary, the `draft_vocab` tokens the target emits most often in
     /// the training set.
     pub draft_vocab: usize,
-    /// Width of the decoder layer's MLP; `None` takes the target's.
+    /// Decoder layers (EAGLE-3: the midlayer and standard layers after it); at least one.
+    pub layers: usize,
+    /// Width of the decoder layers' MLPs; `None` takes the target's.
     pub intermediate_size: Option<usize>,
     /// EAGLE-3: where the final norm and lm_head start (EAGLE-1 heads always use the target's
     /// lm_head).
     pub output: OutputInit,
 }
 
-/// A new head of `method` for `target_model`: one decoder layer shaped like the target's but
-/// for the MLP width `settings` may give, randomly initialized; for EAGLE-3 a draft
+/// A new head of `method` for `target_model`: `settings.layers` decoder layers shaped like the
+/// target's but for the MLP width `settings` may give, randomly initialized; for EAGLE-3 a draft
 /// vocabulary of the `settings.draft_vocab` tokens the target emits most often in `train_set`
 /// (sorted by id) and an output layer started as `settings.output` says.
 pub fn build_head<B: TrainBackend>(
@@ -107,7 +109,7 @@ pub fn build_head<B: TrainBackend>(
 ) -> Result<DraftHead<B>> {
     let target = target_model.config();
     let layer = LlamaConfig {
-        num_hidden_layers: 1,
+        num_hidden_layers: settings.layers,
         intermediate_size: settings
             .intermediate_size
             .unwrap_or(target.intermediate_size),

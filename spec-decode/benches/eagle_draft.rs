@@ -239,6 +239,7 @@ fn main() {
         draft_vocab_size: config.vocab_size / 3,
         aux_layer_ids: aux,
         seed: 3,
+        ..TinyEagle3Options::default()
     };
     write_tiny_eagle3(&eagle3_dir, &config, &eagle3).expect("EAGLE-3 head");
 

@@ -1,5 +1,5 @@
 //! Lossless speculative decoding on the tiny model: with EAGLE-1 and EAGLE-3 heads of random
-//! weights (chains and EAGLE-2 trees, with and without the prompt lookup assisting them) and
+//! weights (EAGLE-3 of one and two layers; chains and EAGLE-2 trees, with and without the prompt lookup assisting them) and
 //! with n-gram lookup, greedy speculative output equals greedy plain output token
 //! for token, one request at a time and batched, for k = 1..=5, also under tight token and KV
 //! budgets (drafts cut or dropped, preemptions) and in batches mixing sampled requests.
@@ -10,7 +10,7 @@ use aquila_engine::{
     DraftLength, DraftTreeConfig, KvCacheBudget, Llm, NgramDrafter, SamplingParams,
     SpeculativeConfig, SpeculativeMethod,
 };
-use common::spec::{eagle1_head, eagle3_head, prompt_ids, run, run_single};
+use common::spec::{eagle1_head, eagle3_head, eagle3_head_of, prompt_ids, run, run_single};
 use common::{config, greedy, mixed, tiny_model, PROMPTS};
 
 const MAX_TOKENS: usize = 24;
@@ -61,6 +61,13 @@ fn eagle1_random_head_is_lossless() {
 fn eagle3_random_head_is_lossless() {
     let model = tiny_model();
     let head = eagle3_head(model.path());
+    assert_lossless(model.path(), |k| SpeculativeConfig::eagle3(head.path(), k));
+}
+
+#[test]
+fn eagle3_random_head_of_two_layers_is_lossless() {
+    let model = tiny_model();
+    let head = eagle3_head_of(model.path(), 2);
     assert_lossless(model.path(), |k| SpeculativeConfig::eagle3(head.path(), k));
 }
 

@@ -129,15 +129,18 @@ struct Args {
     /// target (its lm_head rows of the draft vocabulary), trained further or kept fixed.
     #[arg(long, value_enum, default_value_t = OutputInit::Random)]
     output_init: OutputInit,
-    /// Width of a new head's MLP (its decoder layer's `intermediate_size`); the target's
+    /// Width of a new head's MLPs (its decoder layers' `intermediate_size`); the target's
     /// by default. A wider head has more capacity at a higher cost per draft step.
     #[arg(long)]
     head_intermediate_size: Option<usize>,
+    /// Decoder layers of a new head (EAGLE-3: the midlayer and standard layers after it); one
+    /// by default. A deeper head has more capacity at a higher cost per draft step.
+    #[arg(long)]
+    head_layers: Option<usize>,
     /// Start from the head in this directory (a warm start: its weights, its draft vocabulary
-    /// and its shape, so `--draft-vocab`, `--head-intermediate-size` and `--output-init` do
-    /// not apply) instead of a new one,
-    /// and train it further on this run's data; a lower `--lr` than a new head's suits it.
-    /// Keep the head's `--seed` and `--prompts`: they choose the held-out prompts.
+    /// and its shape, so `--draft-vocab`, `--head-layers`, `--head-intermediate-size` and
+    /// `--output-init` do not apply) instead of a new one, and train it further on this run's
+    /// data; a lower `--lr` than a new head's suits it. Keep the head's `--seed` and `--prompts`: they choose the held-out prompts.
     #[arg(long)]
     init_head: Option<PathBuf>,
     /// Validate every this many steps.
@@ -521,8 +524,16 @@ fn check_ranges(args: &Args) -> Result<()> {
     if args.head_intermediate_size == Some(0) {
         bail!("--head-intermediate-size must be at least 1");
     }
-    if args.head_intermediate_size.is_some() && args.init_head.is_some() {
-        bail!("--head-intermediate-size shapes a new head; a head of --init-head keeps its own");
+    if args.head_layers == Some(0) {
+        bail!("--head-layers must be at least 1");
+    }
+    if args.init_head.is_some()
+        && (args.head_intermediate_size.is_some() || args.head_layers.is_some())
+    {
+        bail!(
+            "--head-layers and --head-intermediate-size shape a new head; a head of --init-head \
+             keeps its own"
+        );
     }
     if args.evaluate_only && args.init_head.is_none() {
         bail!("--evaluate-only scores a saved head: name it with --init-head");
@@ -618,6 +629,7 @@ impl TrainingRun<'_> {
                 &train_set,
                 &NewHeadSettings {
                     draft_vocab: self.args.draft_vocab,
+                    layers: self.args.head_layers.unwrap_or(1),
                     intermediate_size: self.args.head_intermediate_size,
                     output: self.args.output_init,
                 },

@@ -35,7 +35,8 @@ pub struct Eagle1Config {
 /// The config of an EAGLE-3 head.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Eagle3Config {
-    /// The draft decoder's architecture (exactly one layer).
+    /// The draft decoder's architecture: `num_hidden_layers` counts the midlayer and the
+    /// standard decoder layers after it (one for the usual head).
     pub layer: LlamaConfig,
     /// Size of the draft lm_head's vocabulary (`draft_vocab_size`, default `vocab_size`).
     pub draft_vocab_size: usize,
@@ -137,15 +138,6 @@ impl Eagle1Config {
 impl Eagle3Config {
     fn from_fields(fields: &Fields<'_>) -> Result<Self, ConfigError> {
         let layer = LlamaConfig::from_fields(fields, Some(ModelType::Llama))?;
-        if layer.num_hidden_layers != 1 {
-            return Err(fields.invalid(
-                "num_hidden_layers",
-                format!(
-                    "an EAGLE-3 head has exactly one layer, found {}",
-                    layer.num_hidden_layers
-                ),
-            ));
-        }
         let draft_vocab_size = fields
             .positive("draft_vocab_size")?
             .unwrap_or(layer.vocab_size);

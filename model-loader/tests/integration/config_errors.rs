@@ -150,7 +150,7 @@ fn bad_eagle_configs() {
         EagleConfig::from_json_str(&value.to_string(), Path::new("head/config.json")).unwrap_err()
     };
     let cases = [
-        (json!({"num_hidden_layers": 2}), "num_hidden_layers"),
+        (json!({"num_hidden_layers": 0}), "num_hidden_layers"),
         (json!({"draft_vocab_size": 321}), "draft_vocab_size"),
         (json!({"draft_vocab_size": 0}), "draft_vocab_size"),
         (

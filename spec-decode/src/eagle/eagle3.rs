@@ -1,14 +1,16 @@
 //! The EAGLE-3 head: `fc` over the target's auxiliary features (first step of a round only), a
-//! `midlayer` attending over `[input_layernorm(embedding), hidden_norm(hidden)]`, and its own
-//! norm and lm_head over a draft vocabulary mapped to target ids by `d2t`.
+//! `midlayer` attending over `[input_layernorm(embedding), hidden_norm(hidden)]`, optionally
+//! more standard decoder layers after it (`layers.1`, ... for `num_hidden_layers > 1`, as vLLM
+//! reads such heads), and its own norm and lm_head over a draft vocabulary mapped to target
+//! ids by `d2t`.
 
 use aquila_model_loader::backend::KernelBackend;
 use aquila_model_loader::checkpoint::{Checkpoint, ExportedTensor};
 use aquila_model_loader::config::{eagle3_config_json, Eagle3Config, LlamaConfig};
 use aquila_model_loader::model::{
     export_rms_norm, export_tensor, init_rms_norm, load_rms_norm, materialize, rms_norm, Attention,
-    AttentionContext, AttentionSpec, FeatureTap, KvCache, LlamaModel, Mlp, MlpSpec, RmsNorm, Rope,
-    SplitLinear, WeightLoader, WeightStorage,
+    AttentionContext, AttentionSpec, DecoderLayer, DecoderLayerSpec, FeatureTap, KvCache,
+    LlamaModel, Mlp, MlpSpec, RmsNorm, Rope, SplitLinear, WeightLoader, WeightStorage,
 };
 use burn::module::{Module, Param};
 use burn::nn::Embedding;
@@ -23,8 +25,8 @@ const EMBED_TOKENS: &str = "embed_tokens.weight";
 /// Checkpoint name of the head's lm_head (optional when it would equal the target's).
 const LM_HEAD: &str = "lm_head.weight";
 
-/// An EAGLE-3 draft head (checkpoint keys `fc.weight`, `midlayer.*`, `norm.weight`,
-/// `lm_head.weight`, `d2t`, `t2d`).
+/// An EAGLE-3 draft head (checkpoint keys `fc.weight`, `midlayer.*`, `layers.{i}.*` for
+/// `1 <= i < num_hidden_layers`, `norm.weight`, `lm_head.weight`, `d2t`, `t2d`).
 ///
 /// The hidden input of a row is `fc(target features)` on the first draft forward of a round
 /// and the head's own pre-norm output afterwards; the output is recycled pre-norm, and logits
@@ -39,6 +41,9 @@ pub struct Eagle3Head<B: Backend> {
     attention: Attention<B>,
     post_attention_norm: RmsNorm<B>,
     mlp: Mlp<B>,
+    /// Standard pre-norm decoder layers over the midlayer's output (`layers.{i}`, `i >= 1`);
+    /// none for the usual one-layer head.
+    layers: Vec<DecoderLayer<B>>,
     norm: RmsNorm<B>,
     /// `[H, draft_vocab]`; `None` shares the target's lm_head (same vocabulary and width).
     lm_head: Option<SplitLinear<B>>,
@@ -66,7 +71,8 @@ impl<B: KernelBackend> Eagle3Head<B> {
     /// smaller than the target's, `t2d` is checked against it when present, and a mapping in a
     /// full-vocabulary head must be the identity. `embed_tokens.weight` is used when present
     /// (required when the head is narrower than the target); `lm_head.weight` may only be
-    /// absent when the target's lm_head fits (same vocabulary and width).
+    /// absent when the target's lm_head fits (same vocabulary and width). A config with
+    /// `num_hidden_layers > 1` needs the later layers as `layers.1.*`, `layers.2.*`, ...
     pub fn load(
         config: &Eagle3Config,
         checkpoint: &Checkpoint,
@@ -108,6 +114,10 @@ impl<B: KernelBackend> Eagle3Head<B> {
         let post_name = "midlayer.post_attention_layernorm.weight";
         let post_attention_norm = load_rms_norm(&mut loader, post_name, hidden, eps);
         let mlp = Mlp::load(&mut loader, "midlayer.mlp", &MlpSpec::from_config(layer));
+        let later = DecoderLayerSpec::from_config(layer);
+        let layers: Vec<Option<DecoderLayer<B>>> = (1..layer.num_hidden_layers)
+            .map(|i| DecoderLayer::load(&mut loader, &format!("layers.{i}"), &later))
+            .collect();
         let norm = load_rms_norm(&mut loader, "norm.weight", hidden, eps);
         let lm_head = own_lm_head.then(|| loader.linear("lm_head", hidden, draft_vocab, false));
         let embed_tokens = own_embedding.then(|| loader.take(EMBED_TOKENS, [vocab, hidden]));
@@ -128,6 +138,7 @@ impl<B: KernelBackend> Eagle3Head<B> {
             attention: attention.expect(missing),
             post_attention_norm: post_attention_norm.expect(missing),
             mlp: mlp.expect(missing),
+            layers: layers.into_iter().collect::<Option<_>>().expect(missing),
             norm: norm.expect(missing),
             lm_head: lm_head.map(|head| head.expect(missing)),
             embed_tokens: embed_tokens.map(|table| Embedding {
@@ -145,7 +156,7 @@ impl<B: KernelBackend> Eagle3Head<B> {
     /// A randomly initialized head (burn's default initializers; unit norms) with the
     /// structure a trainer produces: `fc` over the auxiliary target features (none when the
     /// config has `use_aux_hidden_state: false`), the midlayer with attention reading `2H`,
-    /// its norms, the final norm and an own lm_head of `config.draft_vocab_size` rows; no own
+    /// its norms, `num_hidden_layers - 1` decoder layers after it, the final norm and an own lm_head of `config.draft_vocab_size` rows; no own
     /// embedding (the target's is used, so the hidden sizes must agree). The head is checked
     /// against the target like a loaded one; `vocab_map` must cover the target vocabulary
     /// with `config.draft_vocab_size` draft rows (the identity for a full vocabulary).
@@ -183,6 +194,9 @@ impl<B: KernelBackend> Eagle3Head<B> {
             attention: Attention::init(&attention, device),
             post_attention_norm: init_rms_norm(hidden, eps, device),
             mlp: Mlp::init(&MlpSpec::from_config(layer), device),
+            layers: (1..layer.num_hidden_layers)
+                .map(|_| DecoderLayer::init(&DecoderLayerSpec::from_config(layer), device))
+                .collect(),
             norm: init_rms_norm(hidden, eps, device),
             lm_head: Some(SplitLinear::init(
                 hidden,
@@ -233,7 +247,7 @@ impl<B: KernelBackend> Eagle3Head<B> {
     /// The weights in the checkpoint layout [`Eagle3Head::load`] reads: `fc.weight` (if the
     /// head has `fc`), `midlayer.hidden_norm.weight`, `midlayer.input_layernorm.weight`,
     /// `midlayer.self_attn.*`, `midlayer.post_attention_layernorm.weight`, `midlayer.mlp.*`,
-    /// `norm.weight`, `lm_head.weight` (if the head has its own), `embed_tokens.weight` (if
+    /// `layers.{i}.*` for each layer after the midlayer (`i >= 1`), `norm.weight`, `lm_head.weight` (if the head has its own), `embed_tokens.weight` (if
     /// the head has its own), `d2t` (i64) and `t2d` (bool).
     pub fn export(&self) -> Vec<ExportedTensor> {
         let mut out = Vec::new();
@@ -254,6 +268,9 @@ impl<B: KernelBackend> Eagle3Head<B> {
             "midlayer.post_attention_layernorm.weight",
         ));
         out.extend(self.mlp.export("midlayer.mlp"));
+        for (index, layer) in self.layers.iter().enumerate() {
+            out.extend(layer.export(&format!("layers.{}", index + 1)));
+        }
         out.push(export_rms_norm(&self.norm, "norm.weight"));
         if let Some(lm_head) = &self.lm_head {
             out.extend(lm_head.export_projection("lm_head"));
@@ -296,6 +313,11 @@ impl<B: KernelBackend> Eagle3Head<B> {
     /// The head's decoder architecture (from its own `config.json`).
     pub fn config(&self) -> &LlamaConfig {
         &self.config
+    }
+
+    /// Number of decoder layers, the midlayer included (one per KV-cache layer).
+    pub fn num_layers(&self) -> usize {
+        1 + self.layers.len()
     }
 
     /// The head's RoPE (from its own config).
@@ -361,9 +383,10 @@ impl<B: KernelBackend> Eagle3Head<B> {
         }
     }
 
-    /// The midlayer over `[rows, H]` embeddings and hidden inputs, appending the rows' keys
-    /// and values to `cache` (the caller advances its lengths). Returns the pre-norm output,
-    /// which is recycled as the next step's hidden input.
+    /// The midlayer over `[rows, H]` embeddings and hidden inputs, then the layers after it,
+    /// appending the rows' keys and values to `cache` (layer `i` of the head to cache layer
+    /// `i`; the caller advances its lengths). Returns the pre-norm output, which is recycled
+    /// as the next step's hidden input.
     pub fn forward(
         &self,
         embeddings: Tensor<B, 2>,
@@ -385,7 +408,11 @@ impl<B: KernelBackend> Eagle3Head<B> {
         let mlp_out = self
             .mlp
             .forward(rms_norm(&self.post_attention_norm, x.clone()));
-        x + mlp_out
+        let mut x = x + mlp_out;
+        for (index, layer) in self.layers.iter().enumerate() {
+            x = layer.forward(x, context, cache, index + 1);
+        }
+        x
     }
 
     /// Draft-vocabulary logits `lm_head(norm(outputs))` (map ids with

@@ -139,7 +139,7 @@ impl<B: KernelBackend> EagleHead<B> {
     pub fn num_layers(&self) -> usize {
         match self {
             EagleHead::Eagle1(head) => head.num_layers(),
-            EagleHead::Eagle3(_) => 1,
+            EagleHead::Eagle3(head) => head.num_layers(),
         }
     }
 

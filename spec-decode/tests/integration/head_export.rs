@@ -16,7 +16,9 @@ use aquila_spec_decode::eagle::{
     EagleError, EagleHead,
 };
 use burn::tensor::Tensor;
-use eagle_fixtures::{device, eagle3_options, max_abs_diff, values, Fixture, B};
+use eagle_fixtures::{
+    device, eagle3_options, edit_checkpoint, edit_config, max_abs_diff, values, Fixture, B,
+};
 
 /// The draft decoder of a head for the tiny target: `layers` layers shaped like it.
 fn draft_layer(fixture: &Fixture, layers: usize) -> LlamaConfig {
@@ -46,7 +48,17 @@ fn draft_vocab() -> DraftVocabMap {
 }
 
 fn eagle3_head(fixture: &Fixture, aux: Option<&[usize]>, norm_first: bool) -> Eagle3Head<B> {
-    let json = eagle3_config_json(&draft_layer(fixture, 1), 100, 64, aux, norm_first);
+    eagle3_head_of(fixture, 1, aux, norm_first)
+}
+
+/// A new EAGLE-3 head of `layers` decoder layers (the midlayer and `layers - 1` after it).
+fn eagle3_head_of(
+    fixture: &Fixture,
+    layers: usize,
+    aux: Option<&[usize]>,
+    norm_first: bool,
+) -> Eagle3Head<B> {
+    let json = eagle3_config_json(&draft_layer(fixture, layers), 100, 64, aux, norm_first);
     let EagleConfig::Eagle3(config) = parse(&json) else {
         panic!("expected an EAGLE-3 config");
     };
@@ -328,4 +340,69 @@ fn autodiff_heads_export_their_values() {
     write_head_dir(&dir, &head.config_json(), &head.export(), FloatType::F32).unwrap();
     let loaded = EagleHead::<B>::load(&dir, fixture.target.config(), &device()).unwrap();
     assert_eq!(loaded.export(), head.export());
+}
+
+#[test]
+fn an_eagle3_head_of_two_layers_runs_the_second_as_a_decoder_layer() {
+    let fixture = Fixture::new(4);
+    let aux = Some(&[0usize, 1, 3][..]);
+    let head = EagleHead::Eagle3(Box::new(eagle3_head_of(&fixture, 2, aux, false)));
+    assert_eq!(head.num_layers(), 2);
+    let export = head.export();
+    let shape = |name: &str| {
+        export
+            .iter()
+            .find(|t| t.name == name)
+            .map(|t| t.shape.clone())
+    };
+    assert_eq!(
+        shape("midlayer.self_attn.q_proj.weight"),
+        Some(vec![64, 2 * 64])
+    );
+    assert_eq!(
+        shape("layers.1.self_attn.q_proj.weight"),
+        Some(vec![64, 64])
+    );
+    assert_eq!(shape("layers.1.input_layernorm.weight"), Some(vec![64]));
+    assert!(!names(&head)
+        .iter()
+        .any(|name| name.starts_with("layers.0.")));
+
+    let loaded = round_trip(&fixture, &head, "eagle3-two-layers", FloatType::F32);
+    assert_eq!(loaded.num_layers(), 2);
+    assert_eq!(loaded.config().num_hidden_layers, 2);
+    assert_eq!(loaded.export(), head.export());
+    assert_same_forward(&fixture, &head, &loaded, 1e-6);
+
+    // The second layer is a residual block: with its output projections zeroed it adds
+    // nothing, and the head drafts exactly as the one-layer head of the same midlayer.
+    let root = fixture.root.path();
+    let zeroed = root.join("eagle3-two-layers");
+    edit_checkpoint(&zeroed, |tensors| {
+        for tensor in tensors.iter_mut() {
+            if tensor.name == "layers.1.self_attn.o_proj.weight"
+                || tensor.name == "layers.1.mlp.down_proj.weight"
+            {
+                tensor.bytes.fill(0);
+            }
+        }
+    });
+    let one_layer = root.join("eagle3-midlayer-only");
+    write_head_dir(&one_layer, &head.config_json(), &export, FloatType::F32).unwrap();
+    edit_checkpoint(&one_layer, |tensors| {
+        tensors.retain(|t| !t.name.starts_with("layers.1."))
+    });
+    edit_config(&one_layer, |config| config["num_hidden_layers"] = 1.into());
+    let load = |dir: &Path| EagleHead::<B>::load(dir, fixture.target.config(), &device());
+    let (zeroed, one_layer_head) = (load(&zeroed).unwrap(), load(&one_layer).unwrap());
+    assert_eq!(one_layer_head.num_layers(), 1);
+    assert_same_forward(&fixture, &zeroed, &one_layer_head, 1e-6);
+    let (outputs, _) = draft_forward(&fixture, &head);
+    let (one_layer_outputs, _) = draft_forward(&fixture, &one_layer_head);
+    assert!(max_abs_diff(&outputs, &one_layer_outputs) > 1e-3);
+
+    // A config of two layers over a checkpoint without the second is refused, naming it.
+    edit_config(&one_layer, |config| config["num_hidden_layers"] = 2.into());
+    let error = load(&one_layer).unwrap_err().to_string();
+    assert!(error.contains("layers.1."), "{error}");
 }

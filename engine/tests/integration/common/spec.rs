@@ -33,9 +33,16 @@ pub fn eagle1_head(model_dir: &Path) -> TempDir {
 
 /// An EAGLE-3 head of random weights for the two-layer tiny target, tapping layers 0 and 1.
 pub fn eagle3_head(model_dir: &Path) -> TempDir {
+    eagle3_head_of(model_dir, 1)
+}
+
+/// [`eagle3_head`] with `num_layers` decoder layers (the midlayer and standard layers after
+/// it).
+pub fn eagle3_head_of(model_dir: &Path, num_layers: usize) -> TempDir {
     let dir = tempfile::tempdir().expect("temporary directory");
     let options = TinyEagle3Options {
         aux_layer_ids: vec![0, 1],
+        num_layers,
         ..TinyEagle3Options::default()
     };
     write_tiny_eagle3(dir.path(), &target_config(model_dir), &options).expect("EAGLE-3 head");

@@ -83,6 +83,7 @@ pub fn eagle3_options(num_layers: usize, draft_vocab_size: usize) -> TinyEagle3O
         draft_vocab_size,
         aux_layer_ids: vec![0, 1, num_layers - 1],
         seed: 5,
+        ..TinyEagle3Options::default()
     }
 }
 
