@@ -1,8 +1,8 @@
 //! Lossless speculative decoding on the tiny model: with EAGLE-1 and EAGLE-3 heads of random
-//! weights (EAGLE-3 of one and two layers; chains and EAGLE-2 trees, with and without the prompt lookup assisting them) and
-//! with n-gram lookup, greedy speculative output equals greedy plain output token
-//! for token, one request at a time and batched, for k = 1..=5, also under tight token and KV
-//! budgets (drafts cut or dropped, preemptions) and in batches mixing sampled requests.
+//! weights (EAGLE-3 of one and two layers; chains and EAGLE-2 trees, with and without the prompt
+//! lookup assisting them) and with n-gram lookup, greedy speculative output equals greedy plain
+//! output token for token, one request at a time and batched, for k = 1..=5, also under tight token
+//! and KV budgets (drafts cut or dropped, preemptions) and in batches mixing sampled requests.
 
 use crate::common;
 

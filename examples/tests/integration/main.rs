@@ -1,6 +1,6 @@
-//! The examples' integration tests, one binary: device choice, the EAGLE report, a new head's
-//! MLP width, engines run step by step in turn, the shipped head, validation sets from prompts files, and
-//! warm-starting a head's training; `tiny` holds what the tests on the tiny fixture model
+//! The examples' integration tests, one binary: device choice, the EAGLE report, a new head's MLP
+//! width, engines run step by step in turn, the shipped head, validation sets from prompts files,
+//! and warm-starting a head's training; `tiny` holds what the tests on the tiny fixture model
 //! share.
 //!
 //! All test files of the crate compile into this one binary, so the suite links once instead

@@ -156,10 +156,11 @@ impl<B: KernelBackend> Eagle3Head<B> {
     /// A randomly initialized head (burn's default initializers; unit norms) with the
     /// structure a trainer produces: `fc` over the auxiliary target features (none when the
     /// config has `use_aux_hidden_state: false`), the midlayer with attention reading `2H`,
-    /// its norms, `num_hidden_layers - 1` decoder layers after it, the final norm and an own lm_head of `config.draft_vocab_size` rows; no own
-    /// embedding (the target's is used, so the hidden sizes must agree). The head is checked
-    /// against the target like a loaded one; `vocab_map` must cover the target vocabulary
-    /// with `config.draft_vocab_size` draft rows (the identity for a full vocabulary).
+    /// its norms, `num_hidden_layers - 1` decoder layers after it, the final norm and an own
+    /// lm_head of `config.draft_vocab_size` rows; no own embedding (the target's is used, so
+    /// the hidden sizes must agree). The head is checked against the target like a loaded one;
+    /// `vocab_map` must cover the target vocabulary with `config.draft_vocab_size` draft rows
+    /// (the identity for a full vocabulary).
     pub fn init(
         config: &Eagle3Config,
         target: &LlamaConfig,
@@ -247,8 +248,9 @@ impl<B: KernelBackend> Eagle3Head<B> {
     /// The weights in the checkpoint layout [`Eagle3Head::load`] reads: `fc.weight` (if the
     /// head has `fc`), `midlayer.hidden_norm.weight`, `midlayer.input_layernorm.weight`,
     /// `midlayer.self_attn.*`, `midlayer.post_attention_layernorm.weight`, `midlayer.mlp.*`,
-    /// `layers.{i}.*` for each layer after the midlayer (`i >= 1`), `norm.weight`, `lm_head.weight` (if the head has its own), `embed_tokens.weight` (if
-    /// the head has its own), `d2t` (i64) and `t2d` (bool).
+    /// `layers.{i}.*` for each layer after the midlayer (`i >= 1`), `norm.weight`,
+    /// `lm_head.weight` (if the head has its own), `embed_tokens.weight` (if the head has its
+    /// own), `d2t` (i64) and `t2d` (bool).
     pub fn export(&self) -> Vec<ExportedTensor> {
         let mut out = Vec::new();
         if let Some(fc) = &self.fc {
