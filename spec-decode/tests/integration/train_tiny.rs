@@ -397,38 +397,30 @@ fn a_stopped_run_resumes_to_the_same_result() {
         assert!((a - b).abs() <= 1e-4 * a.abs().max(1.0), "{a} vs {b}");
     }
 
-    // A checkpoint of other settings is refused, not silently mixed in.
+    // A checkpoint of other settings, or of a head of another shape (a wider MLP) under the
+    // same settings, is refused, not silently mixed in.
+    let refused = |head: Eagle1Head<Ad>, config: &TrainConfig| {
+        let resumed = train(
+            head,
+            &setup.target,
+            &data,
+            config,
+            Some(dir.path()),
+            &mut SilentObserver,
+        );
+        let err = resumed.unwrap_err();
+        assert!(matches!(err, TrainError::Checkpoint(_)), "{err}");
+    };
     let other = TrainConfig {
         learning_rate: 1e-4,
         ..config.clone()
     };
-    let err = train(
-        head,
-        &setup.target,
-        &data,
-        &other,
-        Some(dir.path()),
-        &mut SilentObserver,
-    )
-    .unwrap_err();
-    assert!(matches!(err, TrainError::Checkpoint(_)), "{err}");
-
-    // So is one of a head of another shape (a wider MLP), under the same settings.
+    refused(head, &other);
     let wider = LlamaConfig {
         intermediate_size: 2 * setup.config.intermediate_size,
         ..one_layer(&setup.config)
     };
-    let wider = eagle1_head_of(&setup, wider);
-    let err = train(
-        wider,
-        &setup.target,
-        &data,
-        &config,
-        Some(dir.path()),
-        &mut SilentObserver,
-    )
-    .unwrap_err();
-    assert!(matches!(err, TrainError::Checkpoint(_)), "{err}");
+    refused(eagle1_head_of(&setup, wider), &config);
 }
 
 #[test]
