@@ -208,6 +208,37 @@ fn most_frequent(counts: &[u64], count: usize) -> Vec<u32> {
 }
 
 impl<B: TrainBackend> DraftHead<B> {
+    /// Decoder layers of the head (EAGLE-3: the midlayer included).
+    pub fn num_layers(&self) -> usize {
+        match self {
+            DraftHead::Eagle1(head) => head.num_layers(),
+            DraftHead::Eagle3(head) => head.num_layers(),
+        }
+    }
+
+    /// The head deepened to `layers` decoder layers by appending layers that pass their input
+    /// through until trained (so it drafts as before, with room to learn more); the head as it
+    /// is when it has `layers` already. Fewer layers than the head has is an error: layers
+    /// are added, never removed.
+    pub fn deepened_to(self, layers: usize, device: &B::Device) -> Result<Self> {
+        let have = self.num_layers();
+        if layers < have {
+            anyhow::bail!(
+                "the head to start from has {have} decoder layers; --head-layers {layers} would \
+                 remove some (a saved head can only be deepened)"
+            );
+        }
+        let count = layers - have;
+        Ok(match self {
+            DraftHead::Eagle1(head) => {
+                DraftHead::Eagle1(Box::new(head.with_added_layers(count, device)))
+            }
+            DraftHead::Eagle3(head) => {
+                DraftHead::Eagle3(Box::new(head.with_added_layers(count, device)))
+            }
+        })
+    }
+
     /// Trains the head (see [`aquila_spec_decode::train::train`]).
     pub fn train(
         self,

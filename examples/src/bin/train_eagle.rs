@@ -134,12 +134,14 @@ struct Args {
     #[arg(long)]
     head_intermediate_size: Option<usize>,
     /// Decoder layers of a new head (EAGLE-3: the midlayer and standard layers after it); one
-    /// by default. A deeper head has more capacity at a higher cost per draft step.
+    /// by default. A deeper head has more capacity at a higher cost per draft step. With
+    /// `--init-head`, deepens the saved head to this many layers: the added layers pass their
+    /// input through until trained, so training starts from what the head drafts already.
     #[arg(long)]
     head_layers: Option<usize>,
     /// Start from the head in this directory (a warm start: its weights, its draft vocabulary
-    /// and its shape, so `--draft-vocab`, `--head-layers`, `--head-intermediate-size` and
-    /// `--output-init` do not apply) instead of a new one, and train it further on this run's
+    /// and its shape, so `--draft-vocab`, `--head-intermediate-size` and `--output-init` do not
+    /// apply, and `--head-layers` can only add layers) instead of a new one, and train it further on this run's
     /// data; a lower `--lr` than a new head's suits it. Keep the head's `--seed` and
     /// `--prompts`: they choose the held-out prompts.
     #[arg(long)]
@@ -528,12 +530,10 @@ fn check_ranges(args: &Args) -> Result<()> {
     if args.head_layers == Some(0) {
         bail!("--head-layers must be at least 1");
     }
-    if args.init_head.is_some()
-        && (args.head_intermediate_size.is_some() || args.head_layers.is_some())
-    {
+    if args.init_head.is_some() && args.head_intermediate_size.is_some() {
         bail!(
-            "--head-layers and --head-intermediate-size shape a new head; a head of --init-head \
-             keeps its own"
+            "--head-intermediate-size shapes a new head; a head of --init-head keeps its own \
+             width (--head-layers can deepen it)"
         );
     }
     if args.evaluate_only && args.init_head.is_none() {
@@ -622,7 +622,13 @@ impl TrainingRun<'_> {
         let target = LlamaModel::<B>::load(self.target_dir, device)?.no_grad();
         let (train_set, _) = self.data.split(self.config.val_every);
         let head = match &self.args.init_head {
-            Some(dir) => load_head::<B>(self.args.method, dir, target.config(), device)?,
+            Some(dir) => {
+                let head = load_head::<B>(self.args.method, dir, target.config(), device)?;
+                match self.args.head_layers {
+                    Some(layers) => head.deepened_to(layers, device)?,
+                    None => head,
+                }
+            }
             None => build_head::<B>(
                 self.args.method,
                 &target,

@@ -70,13 +70,28 @@ pub struct Attention<B: Backend> {
 impl<B: Backend> Attention<B> {
     /// Randomly initialized attention (for training a draft head).
     pub fn init(spec: &AttentionSpec, device: &B::Device) -> Self {
+        Self::init_with_output(spec, SplitLinear::init, device)
+    }
+
+    /// Attention with random q, k and v projections and a zero output projection: it outputs
+    /// zeros until trained, so a residual block around it starts as the identity.
+    pub fn init_silent(spec: &AttentionSpec, device: &B::Device) -> Self {
+        Self::init_with_output(spec, SplitLinear::zeros, device)
+    }
+
+    /// Random q, k and v projections and the output projection `output` makes.
+    fn init_with_output(
+        spec: &AttentionSpec,
+        output: fn(usize, &[usize], bool, &B::Device) -> SplitLinear<B>,
+        device: &B::Device,
+    ) -> Self {
         let (q, kv) = (
             spec.num_heads * spec.head_dim,
             spec.num_kv_heads * spec.head_dim,
         );
         Self {
             qkv: SplitLinear::init(spec.input_size, &[q, kv, kv], spec.qkv_bias, device),
-            o_proj: SplitLinear::init(q, &[spec.output_size], spec.o_bias, device),
+            o_proj: output(q, &[spec.output_size], spec.o_bias, device),
             num_heads: spec.num_heads,
             num_kv_heads: spec.num_kv_heads,
             head_dim: spec.head_dim,

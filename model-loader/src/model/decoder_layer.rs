@@ -58,14 +58,42 @@ pub struct DecoderLayer<B: Backend> {
 impl<B: Backend> DecoderLayer<B> {
     /// A randomly initialized layer (for training a draft head).
     pub fn init(spec: &DecoderLayerSpec, device: &B::Device) -> Self {
+        Self::with_blocks(
+            spec,
+            Attention::init(&spec.attention, device),
+            Mlp::init(&spec.mlp, device),
+            device,
+        )
+    }
+
+    /// A layer that passes its input through unchanged until trained: random attention and
+    /// MLP inputs, zero output projections (`o_proj`, `down_proj`). Appended to a trained
+    /// stack it adds depth without changing what the stack computes, and gradients reach its
+    /// output projections from the first step.
+    pub fn init_pass_through(spec: &DecoderLayerSpec, device: &B::Device) -> Self {
+        Self::with_blocks(
+            spec,
+            Attention::init_silent(&spec.attention, device),
+            Mlp::init_silent(&spec.mlp, device),
+            device,
+        )
+    }
+
+    /// A layer of `attention` and `mlp` with unit norms.
+    fn with_blocks(
+        spec: &DecoderLayerSpec,
+        attention: Attention<B>,
+        mlp: Mlp<B>,
+        device: &B::Device,
+    ) -> Self {
         let hidden = spec.attention.output_size;
         Self {
             input_norm: spec
                 .input_norm
                 .then(|| init_rms_norm(spec.attention.input_size, spec.rms_norm_eps, device)),
-            attention: Attention::init(&spec.attention, device),
+            attention,
             post_attention_norm: init_rms_norm(hidden, spec.rms_norm_eps, device),
-            mlp: Mlp::init(&spec.mlp, device),
+            mlp,
         }
     }
 

@@ -212,6 +212,21 @@ impl<B: Backend> SplitLinear<B> {
         }
     }
 
+    /// A layer of one block per output width in `widths` whose weights (and biases) are all
+    /// zero: it outputs zeros, so a residual block ending in it adds nothing until trained.
+    pub fn zeros(d_in: usize, widths: &[usize], bias: bool, device: &B::Device) -> Self {
+        Self {
+            blocks: widths
+                .iter()
+                .map(|&out| LinearBlock {
+                    weight: Some(Param::from_tensor(Tensor::zeros([out, d_in], device))),
+                    bias: bias.then(|| Param::from_tensor(Tensor::zeros([out], device))),
+                    packed: None,
+                })
+                .collect(),
+        }
+    }
+
     /// A layer from the values of its blocks, all `d_in` wide, in `f32`.
     pub fn from_blocks(blocks: Vec<BlockWeights>, d_in: usize, device: &B::Device) -> Self {
         Self::from_blocks_stored(blocks, d_in, WeightStorage::default(), device)

@@ -43,10 +43,25 @@ pub struct Mlp<B: Backend> {
 impl<B: Backend> Mlp<B> {
     /// A randomly initialized MLP (for training a draft head).
     pub fn init(spec: &MlpSpec, device: &B::Device) -> Self {
+        Self::init_with_down(spec, SplitLinear::init, device)
+    }
+
+    /// An MLP with random gate and up projections and a zero down projection: it outputs
+    /// zeros until trained, so a residual block around it starts as the identity.
+    pub fn init_silent(spec: &MlpSpec, device: &B::Device) -> Self {
+        Self::init_with_down(spec, SplitLinear::zeros, device)
+    }
+
+    /// Random gate and up projections and the down projection `down` makes.
+    fn init_with_down(
+        spec: &MlpSpec,
+        down: fn(usize, &[usize], bool, &B::Device) -> SplitLinear<B>,
+        device: &B::Device,
+    ) -> Self {
         let (hidden, inter) = (spec.hidden_size, spec.intermediate_size);
         Self {
             gate_up: SplitLinear::init(hidden, &[inter, inter], spec.bias, device),
-            down: SplitLinear::init(inter, &[hidden], spec.bias, device),
+            down: down(inter, &[hidden], spec.bias, device),
         }
     }
 

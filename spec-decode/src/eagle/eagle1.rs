@@ -13,6 +13,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
 use super::compat::{check_eagle1, check_unused_shape};
+use super::growth::pass_through_layers;
 use super::{DraftVocabMap, EagleError};
 
 /// Checkpoint name of the optional embedding copy (ignored: the target's table is used).
@@ -167,6 +168,17 @@ impl<B: KernelBackend> Eagle1Head<B> {
     /// Number of decoder layers (one per KV-cache layer).
     pub fn num_layers(&self) -> usize {
         self.layers.len()
+    }
+
+    /// The head deepened by `count` decoder layers after its last one, each passing its input
+    /// through unchanged until trained ([`DecoderLayer::init_pass_through`]): the deeper head
+    /// drafts exactly as this one does, so training it further starts from what this head has
+    /// learned. The new layers take the shape of the head's own.
+    pub fn with_added_layers(mut self, count: usize, device: &B::Device) -> Self {
+        let added = pass_through_layers(&self.config, count, device);
+        self.layers.extend(added);
+        self.config.num_hidden_layers = self.num_layers();
+        self
     }
 
     /// `f̂ = layers(fc([embeddings, features]))` for `[rows, H]` embeddings and features,

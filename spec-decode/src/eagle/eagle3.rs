@@ -18,6 +18,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 
 use super::compat::{check_eagle3, require_equal};
+use super::growth::pass_through_layers;
 use super::{DraftVocabMap, EagleError};
 
 /// Checkpoint name of the head's own embedding table (optional).
@@ -242,6 +243,18 @@ impl<B: KernelBackend> Eagle3Head<B> {
             gamma: Param::from_tensor(gamma),
             epsilon: self.config.rms_norm_eps,
         };
+        self
+    }
+
+    /// The head deepened by `count` decoder layers after its last one, each passing its input
+    /// through unchanged until trained ([`DecoderLayer::init_pass_through`]): the deeper head
+    /// drafts exactly as this one does, so training it further starts from what this head has
+    /// learned, with the capacity of the new layers to add. The new layers take the shape of
+    /// the head's own (its `config.json`'s width and heads).
+    pub fn with_added_layers(mut self, count: usize, device: &B::Device) -> Self {
+        let added = pass_through_layers(&self.config, count, device);
+        self.layers.extend(added);
+        self.config.num_hidden_layers = self.num_layers();
         self
     }
 

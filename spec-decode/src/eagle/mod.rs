@@ -10,7 +10,8 @@
 //!
 //! Heads can also be built randomly initialized (`init`, for training) and written back as
 //! head directories ([`write_head_dir`], `export`, `config_json`, [`EagleHead::save`]) that
-//! load into the same head.
+//! load into the same head, and a trained head can be deepened (`with_added_layers`) by layers
+//! that pass their input through until trained.
 //!
 //! A head that does not fit its target (hidden size, vocabulary, auxiliary layers), a
 //! checkpoint with missing, misshapen or unexpected tensors, and an `fc` bias that contradicts
@@ -21,6 +22,7 @@ mod eagle1;
 mod eagle3;
 mod error;
 mod export;
+mod growth;
 mod head;
 mod vocab_map;
 

@@ -406,3 +406,56 @@ fn an_eagle3_head_of_two_layers_runs_the_second_as_a_decoder_layer() {
     let error = load(&one_layer).unwrap_err().to_string();
     assert!(error.contains("layers.1."), "{error}");
 }
+
+#[test]
+fn a_deepened_head_drafts_as_before_and_exports_its_new_layers() {
+    let fixture = Fixture::new(4);
+    let aux = Some(&[0usize, 1, 3][..]);
+    let (eagle1, eagle3) = (
+        eagle1_head(&fixture, true),
+        eagle3_head(&fixture, aux, false),
+    );
+    let pairs = [
+        (
+            EagleHead::Eagle1(Box::new(eagle1.clone())),
+            EagleHead::Eagle1(Box::new(eagle1.with_added_layers(2, &device()))),
+        ),
+        (
+            EagleHead::Eagle3(Box::new(eagle3.clone())),
+            EagleHead::Eagle3(Box::new(eagle3.with_added_layers(2, &device()))),
+        ),
+    ];
+    for (index, (head, deepened)) in pairs.iter().enumerate() {
+        let before = head.num_layers();
+        assert_eq!(deepened.num_layers(), before + 2);
+        assert_eq!(deepened.config().num_hidden_layers, before + 2);
+        // The added layers are residual blocks whose output projections start at zero.
+        assert_same_forward(&fixture, head, deepened, 0.0);
+
+        // The last added layer (EAGLE-1 counts from layers.0, EAGLE-3 from the midlayer) is
+        // exported with zero output projections over random inputs and unit norms.
+        let prefix = format!("layers.{}.", before + 1);
+        let added: Vec<_> = deepened
+            .export()
+            .into_iter()
+            .filter(|t| t.name.starts_with(&prefix))
+            .collect();
+        assert_eq!(added.len(), 9, "{prefix}: norms, q/k/v/o, gate/up/down");
+        for tensor in added {
+            let ExportedValues::F32(values) = &tensor.values else {
+                panic!("{} is not a float tensor", tensor.name);
+            };
+            let output = tensor.name.ends_with(".o_proj.weight")
+                || tensor.name.ends_with(".down_proj.weight");
+            assert_eq!(values.iter().all(|&v| v == 0.0), output, "{}", tensor.name);
+        }
+        let loaded = round_trip(
+            &fixture,
+            deepened,
+            &format!("deepened-{index}"),
+            FloatType::F32,
+        );
+        assert_eq!(loaded.num_layers(), before + 2);
+        assert_same_forward(&fixture, deepened, &loaded, 1e-6);
+    }
+}
