@@ -141,9 +141,9 @@ struct Args {
     head_layers: Option<usize>,
     /// Start from the head in this directory (a warm start: its weights, its draft vocabulary
     /// and its shape, so `--draft-vocab`, `--head-intermediate-size` and `--output-init` do not
-    /// apply, and `--head-layers` can only add layers) instead of a new one, and train it further on this run's
-    /// data; a lower `--lr` than a new head's suits it. Keep the head's `--seed` and
-    /// `--prompts`: they choose the held-out prompts.
+    /// apply, and `--head-layers` can only add layers) instead of a new one, and train it
+    /// further on this run's data; a lower `--lr` than a new head's suits it. Keep the head's
+    /// `--seed` and `--prompts`: they choose the held-out prompts.
     #[arg(long)]
     init_head: Option<PathBuf>,
     /// Validate every this many steps.
