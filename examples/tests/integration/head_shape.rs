@@ -28,6 +28,13 @@ fn exported_shape(dir: &std::path::Path) -> (u64, u64) {
     (field("num_hidden_layers"), field("intermediate_size"))
 }
 
+/// The tiny model's directory and the model loaded from it for training.
+fn tiny_target() -> (tempfile::TempDir, LlamaModel<Train>) {
+    let model = tiny_model();
+    let target = LlamaModel::<Train>::load(model.path(), &Default::default()).unwrap();
+    (model, target)
+}
+
 /// The recorded features and labels of one sequence of the tiny model, for heads of `method`.
 fn one_sequence_data(model: &std::path::Path, method: HeadMethod) -> DistillData {
     let recorder = LlamaModel::<Flex>::load(model, &Default::default()).unwrap();
@@ -60,9 +67,8 @@ fn new_head(
 
 #[test]
 fn a_new_head_takes_the_depth_and_mlp_width_it_is_given_and_the_engine_loads_it() {
-    let model = tiny_model();
+    let (model, target) = tiny_target();
     let device = Default::default();
-    let target = LlamaModel::<Train>::load(model.path(), &device).unwrap();
     let config: LlamaConfig = target.config().clone();
     for method in [HeadMethod::Eagle, HeadMethod::Eagle3] {
         let data = one_sequence_data(model.path(), method);
@@ -107,9 +113,8 @@ fn a_zero_shape_or_a_shape_for_a_saved_head_is_refused_before_any_work() {
 
 #[test]
 fn a_saved_head_is_deepened_and_training_reaches_its_new_layer() {
-    let model = tiny_model();
+    let (model, target) = tiny_target();
     let device = Default::default();
-    let target = LlamaModel::<Train>::load(model.path(), &device).unwrap();
     let config: LlamaConfig = target.config().clone();
     for method in [HeadMethod::Eagle, HeadMethod::Eagle3] {
         let data = one_sequence_data(model.path(), method);
