@@ -340,6 +340,9 @@ impl TrainObserver for ProgressObserver {
     }
 
     fn on_eval(&mut self, point: &EvalPoint) {
+        // The bar stood still while the validation ran; its rate estimate would count that
+        // pause as slow training steps and show an ETA hours long until it recovered.
+        self.bar.reset_eta();
         for line in eval_lines(point) {
             // A bar drawing nowhere (no terminal) drops its lines: print them plainly then.
             if self.bar.is_hidden() {
