@@ -151,6 +151,36 @@ impl EagleDrafter {
     }
 }
 
+/// A draft language model: a smaller model of the target's family, or the target itself with
+/// narrower weights (on the CPU kernels a Q8_0 copy of an `f32` target reads a quarter of its
+/// bytes per token and agrees with it on nearly every greedy token). It must share the target's
+/// tokenizer; the engine checks the vocabulary size.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DraftModelDrafter {
+    /// Directory of the draft model (Hugging Face layout, as the target's).
+    pub model: PathBuf,
+    /// The format of its projections and lm_head; `None`: Q8_0 on the CPU kernels (which read
+    /// packed weights), else the target's ([`EngineConfig::weights`]). Drafts are verified by
+    /// the target either way, so outputs do not depend on it.
+    #[serde(default)]
+    pub weights: Option<WeightFormat>,
+    /// How chain drafts are picked for requests that sample (greedy requests take the draft
+    /// model's argmax).
+    #[serde(default)]
+    pub draft_pick: DraftPick,
+}
+
+impl DraftModelDrafter {
+    /// Drafts from the model in `model`, in the default format.
+    pub fn new(model: impl Into<PathBuf>) -> Self {
+        Self {
+            model: model.into(),
+            weights: None,
+            draft_pick: DraftPick::default(),
+        }
+    }
+}
+
 /// Prompt-lookup drafting: the tokens that followed the latest earlier occurrence of the
 /// sequence's last n-gram.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -187,17 +217,20 @@ pub enum SpeculativeMethod {
     Eagle3(EagleDrafter),
     /// Prompt-lookup n-gram drafting (no draft model).
     Ngram(NgramDrafter),
+    /// A separate draft language model sharing the target's tokenizer.
+    DraftModel(DraftModelDrafter),
     /// The proposer handed to [`crate::Llm::with_proposer`] (tests and experiments).
     Custom,
 }
 
 impl SpeculativeMethod {
-    /// The method's name: `eagle`, `eagle3`, `ngram` or `custom`.
+    /// The method's name: `eagle`, `eagle3`, `ngram`, `draft_model` or `custom`.
     pub fn name(&self) -> &'static str {
         match self {
             SpeculativeMethod::Eagle(_) => "eagle",
             SpeculativeMethod::Eagle3(_) => "eagle3",
             SpeculativeMethod::Ngram(_) => "ngram",
+            SpeculativeMethod::DraftModel(_) => "draft_model",
             SpeculativeMethod::Custom => "custom",
         }
     }
@@ -310,6 +343,15 @@ impl SpeculativeConfig {
         Self::new(SpeculativeMethod::Eagle3(drafter), num_speculative_tokens)
     }
 
+    /// Chains of `num_speculative_tokens` from the draft language model in `model`.
+    pub fn draft_model(model: impl Into<PathBuf>, num_speculative_tokens: usize) -> Self {
+        let drafter = DraftModelDrafter::new(model);
+        Self::new(
+            SpeculativeMethod::DraftModel(drafter),
+            num_speculative_tokens,
+        )
+    }
+
     /// n-gram drafting (n of 1 to 4) of `num_speculative_tokens` per step.
     pub fn ngram(num_speculative_tokens: usize) -> Self {
         let drafter = NgramDrafter::default();
@@ -381,7 +423,9 @@ impl SpeculativeConfig {
                     ),
                 ))
             }
-            SpeculativeMethod::Ngram(_) | SpeculativeMethod::Custom => Ok(()),
+            SpeculativeMethod::Ngram(_)
+            | SpeculativeMethod::DraftModel(_)
+            | SpeculativeMethod::Custom => Ok(()),
         }
     }
 }

@@ -19,7 +19,7 @@
 //!   `request_sampling.rs`: parameters, pipeline and random stream; `output_assembly.rs`,
 //!   `stop.rs`, `timing.rs`: per-request text, stop conditions and latencies; `backend.rs`:
 //!   device and dtype to burn backend; `speculation.rs`: the drafter of speculative decoding
-//!   (EAGLE-1/3 head, n-gram lookup or a custom proposer, from [`SpeculativeConfig`]), called
+//!   (EAGLE-1/3 head, draft language model, n-gram lookup or a custom proposer, from [`SpeculativeConfig`]), called
 //!   after every target forward; `pending_draft.rs`: a draft until its verification;
 //!   `draft_policy.rs`: how many tokens each request drafts per step, from `step_costs.rs`
 //!   (the engine's timings of its own steps) and `acceptance.rs` (each request's acceptance
@@ -78,8 +78,9 @@ pub use async_llm::{
     AsyncLlm, AsyncLlmConfig, AsyncLlmError, RequestEvent, RequestStream, ShutdownMode,
 };
 pub use config::{
-    DType, Device, DraftLength, DraftPick, DraftTreeConfig, EagleDrafter, EngineConfig,
-    KvCacheBudget, MetricsConfig, NgramDrafter, SpeculativeConfig, SpeculativeMethod, WeightFormat,
+    DType, Device, DraftLength, DraftModelDrafter, DraftPick, DraftTreeConfig, EagleDrafter,
+    EngineConfig, KvCacheBudget, MetricsConfig, NgramDrafter, SpeculativeConfig, SpeculativeMethod,
+    WeightFormat,
 };
 pub use error::{EngineError, PromptError};
 pub use llm::Llm;

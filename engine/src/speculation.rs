@@ -1,5 +1,5 @@
-//! Speculative decoding in the engine: the configured drafter (EAGLE-1/EAGLE-3 head, n-gram
-//! lookup, or a custom proposer), the target features it needs, and the drafting call made
+//! Speculative decoding in the engine: the configured drafter (EAGLE-1/EAGLE-3 head, draft
+//! language model, n-gram lookup, or a custom proposer), the target features it needs, and the drafting call made
 //! after every target forward.
 
 use std::collections::HashSet;
@@ -10,13 +10,17 @@ use aquila_model_loader::quant::WeightFormat;
 use aquila_spec_decode::eagle::EagleHead;
 use aquila_spec_decode::ngram::{NgramConfig, NgramProposer};
 use aquila_spec_decode::proposer::{
-    Draft, DraftSampling, EagleProposer, EagleProposerConfig, EagleTreeConfig, LookupAssisted,
-    ProposeBatch, ProposeError, ProposeRequest, Proposer,
+    Draft, DraftModelProposer, DraftModelProposerConfig, DraftSampling, EagleProposer,
+    EagleProposerConfig, EagleTreeConfig, LookupAssisted, ProposeBatch, ProposeError,
+    ProposeRequest, Proposer,
 };
+use burn::module::Module;
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
-use crate::config::{DraftPick, NgramDrafter, SpeculativeConfig, SpeculativeMethod};
+use crate::config::{
+    DraftModelDrafter, DraftPick, NgramDrafter, SpeculativeConfig, SpeculativeMethod,
+};
 use crate::error::EngineError;
 use crate::output::RequestId;
 
@@ -62,16 +66,28 @@ pub(crate) struct Drafter<B: Backend> {
     disabled: HashSet<RequestId>,
 }
 
-/// Where a drafter's head lives: the target's device, and the target's weight format, in
-/// which an EAGLE head's projections and lm_head are stored on backends whose kernels do not
-/// read packed weights, unless its configuration names a format
-/// ([`crate::EagleDrafter::weights`]).
+/// Where a drafter's weights live: the target's device, and the target's weight format, in
+/// which an EAGLE head's or a draft model's projections and lm_head are stored on backends
+/// whose kernels do not read packed weights, unless its configuration names a format
+/// ([`crate::EagleDrafter::weights`], [`crate::DraftModelDrafter::weights`]).
 #[derive(Debug)]
 pub(crate) struct DraftPlacement<'a, B: Backend> {
     /// The device.
     pub device: &'a B::Device,
     /// The target's weight format.
     pub target_weights: WeightFormat,
+}
+
+impl<B: KernelBackend> DraftPlacement<'_, B> {
+    /// The format of a drafter's weights: `configured`, else Q8_0 where the kernels read packed
+    /// weights (a drafter reads its weights once per draft token), else the target's.
+    fn weights(&self, configured: Option<WeightFormat>) -> WeightFormat {
+        configured.unwrap_or(if B::PACKED_WEIGHTS {
+            WeightFormat::Q8_0
+        } else {
+            self.target_weights
+        })
+    }
 }
 
 impl<B: KernelBackend> Drafter<B> {
@@ -114,17 +130,21 @@ impl<B: KernelBackend> Drafter<B> {
                     disabled: HashSet::new(),
                 })
             }
+            (SpeculativeMethod::DraftModel(drafter), None) => {
+                let proposer = draft_model_proposer(drafter, k, target, &placement, max_num_seqs)?;
+                Ok(Self {
+                    proposer: Box::new(proposer),
+                    tap: FeatureTap::None,
+                    disabled: HashSet::new(),
+                })
+            }
             (SpeculativeMethod::Eagle(eagle) | SpeculativeMethod::Eagle3(eagle), None) => {
                 let dir = &eagle.draft_model;
                 let draft_error = |reason: String| EngineError::DraftModel {
                     dir: dir.clone(),
                     reason,
                 };
-                let weights = eagle.weights.unwrap_or(if B::PACKED_WEIGHTS {
-                    WeightFormat::Q8_0
-                } else {
-                    placement.target_weights
-                });
+                let weights = placement.weights(eagle.weights);
                 let storage = WeightStorage::for_backend::<B>(weights);
                 let head = EagleHead::<B>::load_stored(dir, target.config(), device, storage)
                     .map_err(|e| draft_error(e.to_string()))?
@@ -147,10 +167,7 @@ impl<B: KernelBackend> Drafter<B> {
                         num_nodes: tree.num_nodes,
                     }),
                     None => EagleProposerConfig {
-                        sampling: match eagle.draft_pick {
-                            DraftPick::Sample => DraftSampling::FollowRequests,
-                            DraftPick::Argmax => DraftSampling::Greedy,
-                        },
+                        sampling: draft_sampling(eagle.draft_pick),
                         ..EagleProposerConfig::greedy(k)
                     },
                 };
@@ -275,6 +292,40 @@ impl<B: KernelBackend> Drafter<B> {
             self.disabled.insert(request.request_id);
         }
     }
+}
+
+/// How drafts are picked for requests that sample, as [`DraftPick`] asks.
+fn draft_sampling(pick: DraftPick) -> DraftSampling {
+    match pick {
+        DraftPick::Sample => DraftSampling::FollowRequests,
+        DraftPick::Argmax => DraftSampling::Greedy,
+    }
+}
+
+/// Loads the draft model `drafter` names where `placement` says and builds its proposer of
+/// chains of `k` for `target`, with draft-cache room for `max_num_seqs` requests.
+fn draft_model_proposer<B: KernelBackend>(
+    drafter: &DraftModelDrafter,
+    k: usize,
+    target: &LlamaModel<B>,
+    placement: &DraftPlacement<'_, B>,
+    max_num_seqs: usize,
+) -> Result<DraftModelProposer<B>, EngineError> {
+    let draft_error = |reason: String| EngineError::DraftModel {
+        dir: drafter.model.clone(),
+        reason,
+    };
+    let weights = placement.weights(drafter.weights);
+    let model = LlamaModel::<B>::load_in_format(&drafter.model, weights, placement.device)
+        .map_err(|e| draft_error(e.to_string()))?
+        .no_grad();
+    B::back_with_huge_pages(&model);
+    let config = DraftModelProposerConfig {
+        num_speculative_tokens: k,
+        sampling: draft_sampling(drafter.draft_pick),
+    };
+    DraftModelProposer::new(model, target.config(), config, max_num_seqs)
+        .map_err(|e| draft_error(e.to_string()))
 }
 
 /// The prompt lookup of `ngram`'s settings drafting up to `k` tokens; an invalid setting is a

@@ -288,11 +288,15 @@ impl StepCosts {
                 self.forward.observe(timing.rows, seconds);
             }
         }
-        self.draft.observe(
-            timing.draft_depth,
-            timing.draft_tokens,
-            timing.draft.as_secs_f64(),
-        );
+        // The drafting call after a step with prefill work also takes in the prompt's rows (a
+        // draft model runs them all), which says nothing of what drafting costs.
+        if timing.decode_rows_only {
+            self.draft.observe(
+                timing.draft_depth,
+                timing.draft_tokens,
+                timing.draft.as_secs_f64(),
+            );
+        }
         let other = timing.other.as_secs_f64();
         match &mut self.other {
             Some(smoothed) => smoothed.update(other),
@@ -592,6 +596,27 @@ mod tests {
             costs.draft(3, 16)
         );
         assert!((costs.other() - 0.002).abs() < 1e-9);
+    }
+
+    #[test]
+    fn drafting_after_prefill_work_is_not_a_drafting_cost() {
+        let mut costs = StepCosts::default();
+        draft_call(&mut costs, 3, 3, 24.0);
+        // The call after a prefill also ran the prompt through a draft model.
+        costs.observe(&StepTiming {
+            rows: 41,
+            forward: Duration::from_millis(120),
+            draft_depth: 3,
+            draft_tokens: 3,
+            draft: Duration::from_millis(90),
+            other: Duration::from_millis(2),
+            decode_rows_only: false,
+        });
+        assert!(
+            (costs.draft(3, 3) - 0.024).abs() < 1e-4,
+            "{}",
+            costs.draft(3, 3)
+        );
     }
 
     #[test]

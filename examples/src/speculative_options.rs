@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
 use aquila_engine::{
-    DraftLength, DraftPick, DraftTreeConfig, EagleDrafter, NgramDrafter, SpeculativeConfig,
-    SpeculativeMethod, WeightFormat,
+    DraftLength, DraftModelDrafter, DraftPick, DraftTreeConfig, EagleDrafter, NgramDrafter,
+    SpeculativeConfig, SpeculativeMethod, WeightFormat,
 };
 use clap::{Args, ValueEnum};
 
@@ -19,7 +19,9 @@ pub struct SpeculativeOptions {
     /// Drafting method; default: `eagle3` when an EAGLE-3 head is shipped, else `eagle`.
     #[arg(long, value_enum)]
     pub method: Option<DraftMethod>,
-    /// Draft head directory (EAGLE-1 or EAGLE-3 checkpoint); defaults to the shipped head.
+    /// Draft head directory (EAGLE-1 or EAGLE-3 checkpoint; default: the shipped head), or with
+    /// `--method draft-model` the draft model's directory (default: the target itself, in
+    /// `--draft-weights`).
     #[arg(long)]
     pub draft: Option<PathBuf>,
     /// Draft tokens per step (chains), or the depth of EAGLE-2 draft trees.
@@ -43,8 +45,8 @@ pub struct SpeculativeOptions {
     /// With `--draft-length adaptive`: fewest draft tokens per request and step.
     #[arg(long, default_value_t = 0)]
     pub min_draft_tokens: usize,
-    /// Format of an EAGLE head's projections and lm_head (`f32`, `q8_0`, `bf16`); default:
-    /// `q8_0` on the CPU, else the target's (`--dtype`).
+    /// Format of an EAGLE head's or a draft model's projections and lm_head (`f32`, `q8_0`,
+    /// `bf16`); default: `q8_0` on the CPU, else the target's (`--dtype`).
     #[arg(long)]
     pub draft_weights: Option<WeightFormat>,
     /// EAGLE drafts: `auto` (and `on`) verify a prompt lookup's chain instead of the head's
@@ -52,9 +54,9 @@ pub struct SpeculativeOptions {
     /// as a branch; `off` drafts with the head only.
     #[arg(long, value_enum, default_value_t = LookupAssistArg::Auto)]
     pub lookup_assist: LookupAssistArg,
-    /// EAGLE chain drafts of requests that sample: `sample` them from the head at the
-    /// request's temperature (verified with `min(1, p/q)`), or take the head's `argmax`.
-    /// Greedy requests and EAGLE-2 trees always take the head's likeliest tokens.
+    /// Chain drafts of requests that sample: `sample` them from the head (or draft model) at the
+    /// request's temperature (verified with `min(1, p/q)`), or take its `argmax`. Greedy
+    /// requests and EAGLE-2 trees always take the likeliest tokens.
     #[arg(long, value_enum, default_value_t = DraftPickArg::Sample)]
     pub draft_pick: DraftPickArg,
 }
@@ -97,15 +99,18 @@ pub enum DraftMethod {
     Eagle3,
     /// Prompt-lookup n-grams (no draft model).
     Ngram,
+    /// A draft language model sharing the target's tokenizer (`--draft DIR`; default: the
+    /// target itself in `--draft-weights`, Q8_0 on the CPU).
+    DraftModel,
     /// No speculative decoding.
     None,
 }
 
 impl SpeculativeOptions {
-    /// The engine's speculative settings (`None` for `--method none`), with a line on stdout
-    /// saying which drafter is used. The one place that knows the shape of
-    /// [`SpeculativeConfig`].
-    pub fn speculative_config(&self) -> Result<Option<SpeculativeConfig>> {
+    /// The engine's speculative settings for the target in `target` (`None` for `--method
+    /// none`), with a line on stdout saying which drafter is used. The one place that knows the
+    /// shape of [`SpeculativeConfig`].
+    pub fn speculative_config(&self, target: &Path) -> Result<Option<SpeculativeConfig>> {
         let chosen = self.resolve_method();
         if chosen == DraftMethod::None {
             println!("speculative decoding: off");
@@ -115,7 +120,7 @@ impl SpeculativeOptions {
             top_k: self.tree_top_k,
             num_nodes: self.tree_nodes,
         });
-        let method = match (chosen, self.resolve_draft(chosen)?) {
+        let method = match (chosen, self.resolve_draft(chosen, target)?) {
             (DraftMethod::Eagle, Some(draft_model)) => {
                 SpeculativeMethod::Eagle(self.eagle_drafter(draft_model, tree))
             }
@@ -132,6 +137,19 @@ impl SpeculativeOptions {
                 bail!("--lookup-assist on needs an EAGLE method; n-gram drafting is a lookup")
             }
             (DraftMethod::Ngram, _) => SpeculativeMethod::Ngram(NgramDrafter::default()),
+            (DraftMethod::DraftModel, _) if tree.is_some() => {
+                bail!("--tree-nodes needs an EAGLE method; a draft model proposes chains")
+            }
+            (DraftMethod::DraftModel, _) if self.lookup_assist == LookupAssistArg::On => {
+                bail!("--lookup-assist on needs an EAGLE method")
+            }
+            (DraftMethod::DraftModel, Some(model)) => {
+                SpeculativeMethod::DraftModel(DraftModelDrafter {
+                    weights: self.draft_weights,
+                    draft_pick: self.draft_pick(),
+                    ..DraftModelDrafter::new(model)
+                })
+            }
             _ => bail!("an EAGLE method needs a draft head (--draft DIR)"),
         };
         if let SpeculativeMethod::Eagle(drafter) | SpeculativeMethod::Eagle3(drafter) = &method {
@@ -174,11 +192,16 @@ impl SpeculativeOptions {
                 LookupAssistArg::Off => None,
                 LookupAssistArg::Auto | LookupAssistArg::On => Some(NgramDrafter::assisting()),
             },
-            draft_pick: match self.draft_pick {
-                DraftPickArg::Sample => DraftPick::Sample,
-                DraftPickArg::Argmax => DraftPick::Argmax,
-            },
+            draft_pick: self.draft_pick(),
             ..EagleDrafter::new(draft_model)
+        }
+    }
+
+    /// How chain drafts of requests that sample are picked.
+    fn draft_pick(&self) -> DraftPick {
+        match self.draft_pick {
+            DraftPickArg::Sample => DraftPick::Sample,
+            DraftPickArg::Argmax => DraftPick::Argmax,
         }
     }
 
@@ -193,9 +216,9 @@ impl SpeculativeOptions {
         })
     }
 
-    /// The draft head of an EAGLE method: `--draft`, else the method's shipped head; `None`
-    /// for n-grams.
-    fn resolve_draft(&self, method: DraftMethod) -> Result<Option<PathBuf>> {
+    /// The draft head of an EAGLE method (`--draft`, else the method's shipped head) or the
+    /// draft model (`--draft`, else the target in `target`); `None` for n-grams.
+    fn resolve_draft(&self, method: DraftMethod, target: &Path) -> Result<Option<PathBuf>> {
         if matches!(method, DraftMethod::Ngram | DraftMethod::None) {
             println!("draft: n-gram prompt lookup (no draft model)");
             return Ok(None);
@@ -203,6 +226,13 @@ impl SpeculativeOptions {
         if let Some(dir) = &self.draft {
             println!("draft: {}", dir.display());
             return Ok(Some(dir.clone()));
+        }
+        if method == DraftMethod::DraftModel {
+            let weights = self
+                .draft_weights
+                .map_or_else(|| "q8_0 on the CPU".into(), |format| format.to_string());
+            println!("draft: the target model itself, weights {weights}");
+            return Ok(Some(target.to_path_buf()));
         }
         let shipped = if method == DraftMethod::Eagle3 {
             heads::shipped_eagle3_head_dir()
@@ -234,7 +264,9 @@ mod tests {
 
     fn config(args: &[&str]) -> Result<Option<SpeculativeConfig>> {
         let argv = std::iter::once("test").chain(args.iter().copied());
-        Cli::try_parse_from(argv)?.speculative.speculative_config()
+        Cli::try_parse_from(argv)?
+            .speculative
+            .speculative_config(Path::new("/target"))
     }
 
     fn lookup_of(args: &[&str]) -> Option<NgramDrafter> {
@@ -280,5 +312,28 @@ mod tests {
         let on = [&trees[..], &["--lookup-assist", "on"]].concat();
         assert_eq!(lookup_of(&on), Some(NgramDrafter::assisting()));
         assert_eq!(lookup_of(&trees), Some(NgramDrafter::assisting()));
+    }
+
+    #[test]
+    fn a_draft_model_defaults_to_the_target_and_drafts_chains() {
+        let method = config(&["--method", "draft-model"])
+            .unwrap()
+            .unwrap()
+            .method;
+        let SpeculativeMethod::DraftModel(drafter) = method else {
+            panic!("not a draft model: {method}");
+        };
+        assert_eq!(drafter.model, Path::new("/target"));
+        assert_eq!(drafter.weights, None);
+        let method = config(&["--method", "draft-model", "--draft", "/small"])
+            .unwrap()
+            .unwrap()
+            .method;
+        assert!(
+            matches!(method, SpeculativeMethod::DraftModel(d) if d.model == Path::new("/small"))
+        );
+        let error = |args: &[&str]| config(args).unwrap_err().to_string();
+        let trees = error(&["--method", "draft-model", "--tree-nodes", "4"]);
+        assert!(trees.contains("proposes chains"), "{trees}");
     }
 }

@@ -20,6 +20,7 @@ mod server_prometheus;
 mod shared_weights;
 mod spec_batch_limit;
 mod spec_config;
+mod spec_draft_model;
 mod spec_generic_path;
 mod spec_lossless;
 mod spec_quantized;

@@ -1,6 +1,6 @@
 //! Lossless speculative decoding on the tiny model: with EAGLE-1 and EAGLE-3 heads of random
 //! weights (EAGLE-3 of one and two layers; chains and EAGLE-2 trees, with and without the prompt
-//! lookup assisting them) and with n-gram lookup, greedy speculative output equals greedy plain
+//! lookup assisting them), with a draft model of other random weights and with n-gram lookup, greedy speculative output equals greedy plain
 //! output token for token, one request at a time and batched, for k = 1..=5, also under tight token
 //! and KV budgets (drafts cut or dropped, preemptions) and in batches mixing sampled requests.
 
@@ -10,7 +10,9 @@ use aquila_engine::{
     DraftLength, DraftTreeConfig, KvCacheBudget, Llm, NgramDrafter, SamplingParams,
     SpeculativeConfig, SpeculativeMethod,
 };
-use common::spec::{eagle1_head, eagle3_head, eagle3_head_of, prompt_ids, run, run_single};
+use common::spec::{
+    draft_model, eagle1_head, eagle3_head, eagle3_head_of, prompt_ids, run, run_single,
+};
 use common::{config, greedy, mixed, tiny_model, PROMPTS};
 
 const MAX_TOKENS: usize = 24;
@@ -129,6 +131,15 @@ fn the_lookup_assist_helps_a_random_heads_chains_and_trees_where_the_text_repeat
             "trees {trees}: accepted tokens {assisted} assisted, {alone} from the head alone"
         );
     }
+}
+
+#[test]
+fn a_draft_model_is_lossless() {
+    let model = tiny_model();
+    let draft = draft_model();
+    assert_lossless(model.path(), |k| {
+        SpeculativeConfig::draft_model(draft.path(), k)
+    });
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! Speculative decoding at temperature 0 (on the CPU unless `--device` says otherwise; `--dtype
-//! q8_0` or `bf16` for packed target weights): baseline tokens/s, then n-gram, EAGLE-1 and
-//! (with a shipped or given head) EAGLE-3 drafting with a fixed k (tokens/s, mean acceptance
+//! q8_0` or `bf16` for packed target weights): baseline tokens/s, then n-gram, EAGLE-1,
+//! (with a shipped or given head) EAGLE-3 and draft-model drafting (the target itself with
+//! Q8_0 weights on the CPU, or `--draft-model DIR`) with a fixed k (tokens/s, mean acceptance
 //! length, speedup, the drafter's mean time per engine step), and the cost of one verification
 //! step of k + 1 rows relative to a one-row decode step, which decides whether speculation can
 //! pay here. Then the adaptive draft length of every drafter at several numbers of requests in
@@ -17,7 +18,7 @@
 //! ```text
 //! cargo xtask bench spec [-- --draft DIR --draft-eagle3 DIR --k 3 --num-prompts 8
 //!                         --max-tokens 64 --max-num-seqs 1 --in-flight 1,4,8,16 --rounds 5
-//!                         --drafters ngram,eagle1,eagle3]
+//!                         --drafters ngram,eagle1,eagle3,draft-model]
 //! ```
 
 use anyhow::{bail, Context, Result};
@@ -56,6 +57,9 @@ struct Args {
     /// EAGLE-3 head; defaults to the shipped head (the row is left out when there is none).
     #[arg(long)]
     draft_eagle3: Option<PathBuf>,
+    /// Draft model of the draft-model row; defaults to the target itself (in Q8_0 on the CPU).
+    #[arg(long)]
+    draft_model: Option<PathBuf>,
     /// Draft tokens per step.
     #[arg(long, default_value_t = 3)]
     k: usize,
@@ -85,7 +89,11 @@ struct Args {
     #[arg(long, default_value_t = 5)]
     rounds: usize,
     /// Drafters measured (EAGLE-3 only where a head is shipped or given).
-    #[arg(long, value_delimiter = ',', default_value = "ngram,eagle1,eagle3")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "ngram,eagle1,eagle3,draft-model"
+    )]
     drafters: Vec<DrafterKind>,
 }
 
@@ -98,6 +106,8 @@ enum DrafterKind {
     Eagle1,
     /// An EAGLE-3 head.
     Eagle3,
+    /// A draft language model.
+    DraftModel,
 }
 
 /// A drafter of the benchmark: its name and its configuration for a given k.
@@ -254,6 +264,13 @@ fn main() -> Result<()> {
         drafters.push(Drafter {
             name: "EAGLE-3",
             config: Box::new(move |k| SpeculativeConfig::eagle3(&dir, k)),
+        });
+    }
+    if args.drafters.contains(&DrafterKind::DraftModel) {
+        let dir = args.draft_model.clone().unwrap_or_else(|| model.clone());
+        drafters.push(Drafter {
+            name: "draft model",
+            config: Box::new(move |k| SpeculativeConfig::draft_model(&dir, k)),
         });
     }
     if drafters.is_empty() {

@@ -124,7 +124,7 @@ fn main() -> Result<()> {
     }
     println!("target: {}", model_dir.display());
     println!("device: {device}");
-    let Some(speculative) = args.speculative.speculative_config()? else {
+    let Some(speculative) = args.speculative.speculative_config(&model_dir)? else {
         bail!("the eagle example shows speculative decoding: choose a drafting --method");
     };
     let prompts = load_prompts(&args)?;

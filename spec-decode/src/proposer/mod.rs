@@ -38,20 +38,34 @@
 //! ```
 
 mod batch;
+#[cfg(feature = "burn")]
+mod chain_growth;
 mod chain_stop;
 mod draft;
+#[cfg(feature = "burn")]
+mod draft_model;
+#[cfg(feature = "burn")]
+mod draft_sampling;
 #[cfg(feature = "burn")]
 mod eagle;
 mod error;
 mod lookup_assist;
 mod ngram;
+#[cfg(feature = "burn")]
+mod pick;
 mod replay;
+#[cfg(feature = "burn")]
+mod slots;
 
 pub use batch::{ProposeBatch, ProposeRequest};
 pub use chain_stop::{ChainStep, ChainStop, ConfidenceCalibration};
 pub use draft::{ChainDraft, Draft, DroppedToken};
 #[cfg(feature = "burn")]
-pub use eagle::{DraftSampling, EagleProposer, EagleProposerConfig, EagleTreeConfig};
+pub use draft_model::{DraftModelError, DraftModelProposer, DraftModelProposerConfig};
+#[cfg(feature = "burn")]
+pub use draft_sampling::DraftSampling;
+#[cfg(feature = "burn")]
+pub use eagle::{EagleProposer, EagleProposerConfig, EagleTreeConfig};
 pub use error::ProposeError;
 pub use lookup_assist::LookupAssisted;
 pub use replay::ReplayProposer;

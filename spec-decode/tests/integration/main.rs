@@ -10,6 +10,7 @@ mod sampling_support;
 mod eagle_loading;
 mod head_export;
 mod ngram_proposer;
+mod proposer_draft_model;
 mod proposer_eagle;
 mod rejection_greedy;
 mod rejection_stochastic;

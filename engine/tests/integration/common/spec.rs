@@ -11,6 +11,7 @@ use aquila_model_loader::config::LlamaConfig;
 use aquila_model_loader::fixtures::eagle::{
     write_tiny_eagle1, write_tiny_eagle3, TinyEagle1Options, TinyEagle3Options,
 };
+use aquila_model_loader::fixtures::llama::{write_tiny_llama, TinyLlamaOptions};
 use aquila_spec_decode::proposer::ReplayProposer;
 use tempfile::TempDir;
 
@@ -46,6 +47,18 @@ pub fn eagle3_head_of(model_dir: &Path, num_layers: usize) -> TempDir {
         ..TinyEagle3Options::default()
     };
     write_tiny_eagle3(dir.path(), &target_config(model_dir), &options).expect("EAGLE-3 head");
+    dir
+}
+
+/// A tiny model of the tiny target's shape and vocabulary with other random weights (seed 1):
+/// a draft model that disagrees with the target now and then.
+pub fn draft_model() -> TempDir {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let options = TinyLlamaOptions {
+        seed: 1,
+        ..TinyLlamaOptions::default()
+    };
+    write_tiny_llama(dir.path(), &options).expect("tiny draft model");
     dir
 }
 

@@ -26,25 +26,22 @@
 
 mod config;
 mod deferred;
-mod pick;
-mod slots;
 mod tree;
 
-pub use config::{DraftSampling, EagleProposerConfig, EagleTreeConfig};
+pub use config::{EagleProposerConfig, EagleTreeConfig};
 
 use aquila_model_loader::backend::KernelBackend;
 use aquila_model_loader::model::{FeatureTap, ForwardBatch, KvCache, LlamaModel, SequenceInput};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 
-use super::{
-    ChainDraft, ChainStep, Draft, DroppedToken, ProposeBatch, ProposeError, ProposeRequest,
-    Proposer,
-};
+use super::chain_growth::ChainGrowth;
+use super::pick::{self, Pick};
+use super::slots::{RequestState, SlotTable};
+use super::{ChainDraft, Draft, ProposeBatch, ProposeError, ProposeRequest, Proposer};
 use crate::eagle::{EagleError, EagleHead};
 use crate::sampling::SamplingError;
 use deferred::{DeferredRows, MAX_DEFERRED_ROWS};
-use slots::{RequestState, SlotTable};
 
 /// Drafts chains of tokens (or EAGLE-2 trees) with an EAGLE head, keeping one draft KV-cache
 /// slot per request.
@@ -279,43 +276,17 @@ impl<B: KernelBackend> EagleProposer<B> {
         requests: &[ProposeRequest<'_>],
         plan: &[Planned],
     ) -> Result<Vec<ChainDraft>, ProposeError> {
-        let mut chains = vec![ChainDraft::default(); requests.len()];
+        let mut growth = ChainGrowth::new(requests.len());
         let (mut active, last_rows) = drafting_rows(requests, plan);
         if active.is_empty() {
-            return Ok(chains);
+            return Ok(growth.into_chains());
         }
+        let budgets: Vec<usize> = plan.iter().map(|planned| planned.budget).collect();
         let mut hidden = select_rows(outputs, &last_rows);
-        let mut paths = vec![1.0; requests.len()];
         for step in 1.. {
             let logits = self.head.logits(&self.target, hidden.clone());
             let picks = self.pick(logits, &active, requests);
-            let mut keep = Vec::with_capacity(active.len());
-            for (a, (&i, pick)) in active.iter().zip(picks).enumerate() {
-                let decision = match requests[i].stop {
-                    Some(stop) => {
-                        let (decision, path) = stop.step(step - 1, paths[i], pick.confidence);
-                        paths[i] = path;
-                        decision
-                    }
-                    None => ChainStep::Extend,
-                };
-                if decision == ChainStep::Drop {
-                    chains[i].dropped = Some(DroppedToken {
-                        token: pick.token,
-                        confidence: pick.confidence,
-                    });
-                    continue;
-                }
-                let chain = &mut chains[i];
-                chain.tokens.push(pick.token);
-                chain.confidences.push(pick.confidence);
-                if let Some(row) = pick.probs {
-                    chain.probs.get_or_insert_with(Vec::new).extend(row);
-                }
-                if decision == ChainStep::Extend && plan[i].budget > step {
-                    keep.push(a);
-                }
-            }
+            let keep = growth.push(step, &active, picks, requests, &budgets);
             if keep.is_empty() {
                 break;
             }
@@ -327,8 +298,7 @@ impl<B: KernelBackend> EagleProposer<B> {
                 .iter()
                 .map(|&i| {
                     let slot = plan[i].slot;
-                    let token = *chains[i].tokens.last().expect("one token per step");
-                    SequenceInput::new(slot, vec![token], self.cache.len(slot))
+                    SequenceInput::new(slot, vec![growth.last_token(i)], self.cache.len(slot))
                 })
                 .collect();
             hidden = self.head.forward(
@@ -338,12 +308,13 @@ impl<B: KernelBackend> EagleProposer<B> {
                 &mut self.cache,
             )?;
         }
-        Ok(chains)
+        Ok(growth.into_chains())
     }
 
     /// The draft token (target id) of every active request from its logits row, with the
     /// head's probability of it and, where the request's drafts are sampled (see
-    /// [`DraftSampling::temperature_for`]), the distribution it was sampled from.
+    /// [`super::DraftSampling::temperature_for`]), the distribution over the target vocabulary it was
+    /// sampled from.
     fn pick(
         &mut self,
         logits: Tensor<B, 2>,
@@ -351,51 +322,13 @@ impl<B: KernelBackend> EagleProposer<B> {
         requests: &[ProposeRequest<'_>],
     ) -> Vec<Pick> {
         let map = self.head.vocab_map();
-        let temperatures: Vec<Option<f32>> = active
-            .iter()
-            .map(|&i| {
-                self.config
-                    .sampling
-                    .temperature_for(requests[i].temperature)
-            })
-            .collect();
-        if temperatures.iter().all(Option::is_none) {
-            let confidences = pick::top_probabilities(logits.clone());
-            return pick::argmax_rows(logits)
-                .into_iter()
-                .zip(confidences)
-                .map(|(id, confidence)| Pick {
-                    token: map.to_target(id),
-                    confidence,
-                    probs: None,
-                })
-                .collect();
-        }
-        let rows = pick::float_rows(logits);
-        active
-            .iter()
-            .zip(rows)
-            .zip(temperatures)
-            .map(|((&i, row), temperature)| {
-                let Some(temperature) = temperature else {
-                    let (id, confidence) = pick::argmax_row(&row);
-                    return Pick {
-                        token: map.to_target(id),
-                        confidence,
-                        probs: None,
-                    };
-                };
-                let rng = self
-                    .slots
-                    .get_mut(requests[i].request_id)
-                    .and_then(|state| state.rng.as_mut())
-                    .expect("sampled drafting gives every request a stream");
-                let (id, probs) = DraftSampling::sample_row(temperature, &row, rng);
-                Pick {
-                    token: map.to_target(id),
-                    confidence: probs[id as usize],
-                    probs: Some(map.scatter_row(&probs, 0.0)),
-                }
+        let sampling = self.config.sampling;
+        pick::pick_rows(logits, active, requests, sampling, &mut self.slots)
+            .into_iter()
+            .map(|pick| Pick {
+                token: map.to_target(pick.token),
+                confidence: pick.confidence,
+                probs: pick.probs.map(|row| map.scatter_row(&row, 0.0)),
             })
             .collect()
     }
@@ -517,16 +450,6 @@ impl<B: KernelBackend> Proposer<Tensor<B, 2>> for EagleProposer<B> {
         }
         self.deferred.clear(request_id);
     }
-}
-
-/// One drafted token of a chain.
-struct Pick {
-    /// The token (target id).
-    token: u32,
-    /// The head's probability of the token.
-    confidence: f32,
-    /// The distribution it was sampled from, over the target vocabulary (sampled drafting).
-    probs: Option<Vec<f32>>,
 }
 
 /// The requests that draft this call (budget above 0) and, for each, the row of its last

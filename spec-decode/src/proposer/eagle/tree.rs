@@ -26,7 +26,8 @@ use aquila_model_loader::backend::KernelBackend;
 use aquila_model_loader::model::{ForwardBatch, SequenceInput};
 use burn::tensor::Tensor;
 
-use super::{drafting_rows, pick, select_rows, EagleProposer, EagleTreeConfig, Planned};
+use super::super::pick;
+use super::{drafting_rows, select_rows, EagleProposer, EagleTreeConfig, Planned};
 use crate::proposer::{ChainStop, Draft, ProposeError, ProposeRequest};
 use crate::tree::DraftTree;
 

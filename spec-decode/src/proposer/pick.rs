@@ -1,9 +1,79 @@
-//! Reading draft logits back from the device.
+//! Reading draft logits back from the device, and picking each drafting request's token.
 
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
+use super::slots::SlotTable;
+use super::{DraftSampling, ProposeRequest};
 use crate::sampling::top_logprobs;
+
+/// One draft token picked from a row of drafter logits, in the logits' columns.
+pub(super) struct Pick {
+    /// The column picked.
+    pub token: u32,
+    /// The drafter's probability of it.
+    pub confidence: f32,
+    /// The distribution it was sampled from (sampled drafting), over the logits' columns.
+    pub probs: Option<Vec<f32>>,
+}
+
+/// The draft token of every active request (`active[a]` indexes `requests` and owns row `a` of
+/// `logits`): the argmax, or, where `sampling` samples the request's drafts, a draw from the
+/// request's stream in `slots`. Greedy batches stay on the device but for one id and one
+/// probability per row.
+///
+/// # Panics
+/// When a sampled request holds no stream in `slots` (every proposer gives one to each request
+/// it samples for, from [`DraftSampling::stream_for`]).
+pub(super) fn pick_rows<B: Backend>(
+    logits: Tensor<B, 2>,
+    active: &[usize],
+    requests: &[ProposeRequest<'_>],
+    sampling: DraftSampling,
+    slots: &mut SlotTable,
+) -> Vec<Pick> {
+    let temperatures: Vec<Option<f32>> = active
+        .iter()
+        .map(|&i| sampling.temperature_for(requests[i].temperature))
+        .collect();
+    if temperatures.iter().all(Option::is_none) {
+        let confidences = top_probabilities(logits.clone());
+        return argmax_rows(logits)
+            .into_iter()
+            .zip(confidences)
+            .map(|(token, confidence)| Pick {
+                token,
+                confidence,
+                probs: None,
+            })
+            .collect();
+    }
+    active
+        .iter()
+        .zip(float_rows(logits))
+        .zip(temperatures)
+        .map(|((&i, row), temperature)| {
+            let Some(temperature) = temperature else {
+                let (token, confidence) = argmax_row(&row);
+                return Pick {
+                    token,
+                    confidence,
+                    probs: None,
+                };
+            };
+            let rng = slots
+                .get_mut(requests[i].request_id)
+                .and_then(|state| state.rng.as_mut())
+                .expect("sampled drafting gives every request a stream");
+            let (token, probs) = DraftSampling::sample_row(temperature, &row, rng);
+            Pick {
+                token,
+                confidence: probs[token as usize],
+                probs: Some(probs),
+            }
+        })
+        .collect()
+}
 
 /// The argmax column of every row of `logits` (`[rows, vocab]`), computed on the device.
 pub(super) fn argmax_rows<B: Backend>(logits: Tensor<B, 2>) -> Vec<u32> {

@@ -1,0 +1,85 @@
+//! Speculative decoding with a draft language model on the tiny model: the target drafting for
+//! itself is accepted on every draft, requests that sample keep the greedy ones exact beside
+//! them, and a draft model that cannot serve the target is an error naming its directory.
+
+use crate::common;
+
+use aquila_engine::{
+    DraftLength, DraftModelDrafter, EngineError, Llm, SamplingParams, SpeculativeConfig,
+    SpeculativeMethod, WeightFormat,
+};
+use common::spec::{draft_model, prompt_ids, run};
+use common::{config, greedy, mixed, tiny_model, PROMPTS};
+
+const MAX_TOKENS: usize = 24;
+
+#[test]
+fn the_target_drafting_for_itself_is_accepted_on_every_draft() {
+    let model = tiny_model();
+    let drafter = DraftModelDrafter {
+        weights: Some(WeightFormat::F32),
+        ..DraftModelDrafter::new(model.path())
+    };
+    let mut engine_config = config(model.path());
+    engine_config.speculative = Some(SpeculativeConfig {
+        draft_length: DraftLength::Fixed,
+        ..SpeculativeConfig::new(SpeculativeMethod::DraftModel(drafter), 4)
+    });
+    let mut llm = Llm::new(engine_config).unwrap();
+    // The prefill's token, then four rounds of 4 accepted drafts and the target's own token:
+    // no round drafts past the end.
+    let outputs = llm.generate(PROMPTS, &greedy(21)).unwrap();
+    for output in &outputs {
+        let metrics = &output.metrics;
+        assert_eq!(output.token_ids.len(), 21);
+        assert_eq!(
+            (metrics.num_draft_tokens, metrics.num_accepted_tokens),
+            (16, 16),
+            "request {}: drafts and accepted drafts",
+            output.request_id
+        );
+    }
+}
+
+#[test]
+fn sampled_requests_beside_greedy_ones_keep_the_greedy_ones_exact() {
+    let model = tiny_model();
+    let draft = draft_model();
+    let mut plain = Llm::new(config(model.path())).unwrap();
+    let prompts = prompt_ids(&plain, &PROMPTS);
+    let params: Vec<SamplingParams> = mixed(MAX_TOKENS);
+    let baseline = run(&mut plain, &prompts, &params);
+    let mut engine_config = config(model.path());
+    engine_config.speculative = Some(SpeculativeConfig::draft_model(draft.path(), 3));
+    let mut llm = Llm::new(engine_config).unwrap();
+    let outputs = run(&mut llm, &prompts, &params);
+    for ((out, base), params) in outputs.iter().zip(&baseline).zip(&params) {
+        assert_eq!(out.token_ids.len(), MAX_TOKENS);
+        if params.temperature == 0.0 {
+            assert_eq!(out.token_ids, base.token_ids);
+        }
+    }
+}
+
+#[test]
+fn a_draft_model_that_cannot_serve_the_target_is_an_error_naming_it() {
+    let model = tiny_model();
+    let missing = model.path().join("no-such-model");
+    let mut engine_config = config(model.path());
+    engine_config.speculative = Some(SpeculativeConfig::draft_model(&missing, 3));
+    let err = Llm::new(engine_config).unwrap_err();
+    assert!(matches!(err, EngineError::DraftModel { .. }), "{err}");
+    assert!(err.to_string().contains("no-such-model"), "{err}");
+
+    // A draft model whose context is shorter than the target's.
+    let short = draft_model();
+    let config_path = short.path().join("config.json");
+    let mut json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&config_path).unwrap()).unwrap();
+    json["max_position_embeddings"] = 64.into();
+    std::fs::write(&config_path, json.to_string()).unwrap();
+    let mut engine_config = config(model.path());
+    engine_config.speculative = Some(SpeculativeConfig::draft_model(short.path(), 3));
+    let err = Llm::new(engine_config).unwrap_err().to_string();
+    assert!(err.contains("context") && err.contains("64"), "{err}");
+}
