@@ -19,8 +19,9 @@
 //!   `request_sampling.rs`: parameters, pipeline and random stream; `output_assembly.rs`,
 //!   `stop.rs`, `timing.rs`: per-request text, stop conditions and latencies; `backend.rs`:
 //!   device and dtype to burn backend; `speculation.rs`: the drafter of speculative decoding
-//!   (EAGLE-1/3 head, draft language model, n-gram lookup or a custom proposer, from [`SpeculativeConfig`]), called
-//!   after every target forward; `pending_draft.rs`: a draft until its verification;
+//!   (EAGLE-1/3 head, draft language model, n-gram lookup or a custom proposer, from
+//!   [`SpeculativeConfig`]), called after every target forward; `pending_draft.rs`: a draft
+//!   until its verification;
 //!   `draft_policy.rs`: how many tokens each request drafts per step, from `step_costs.rs`
 //!   (the engine's timings of its own steps) and `acceptance.rs` (each request's acceptance
 //!   per draft row), checked by `goodput_guard.rs` (the tokens per second drafting steps and

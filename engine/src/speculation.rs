@@ -1,6 +1,6 @@
 //! Speculative decoding in the engine: the configured drafter (EAGLE-1/EAGLE-3 head, draft
-//! language model, n-gram lookup, or a custom proposer), the target features it needs, and the drafting call made
-//! after every target forward.
+//! language model, n-gram lookup, or a custom proposer), the target features it needs, and the
+//! drafting call made after every target forward.
 
 use std::collections::HashSet;
 

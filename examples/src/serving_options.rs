@@ -59,13 +59,13 @@ impl ServingOptions {
     /// The engine's configuration; an error names a missing model directory.
     pub fn engine_config(&self) -> Result<EngineConfig> {
         let model = self.model_dir();
-        let mut config = EngineConfig::new(&model);
         if !model.join("config.json").exists() {
             bail!(
                 "no model at {}: run `cargo xtask import-model` first",
                 model.display()
             );
         }
+        let mut config = EngineConfig::new(&model);
         config.speculative = self.speculative.speculative_config(&model)?;
         config.seed = self.seed;
         config.max_model_len = self.max_model_len;

@@ -13,6 +13,12 @@ use clap::{Args, ValueEnum};
 
 use crate::heads;
 
+/// Draft tokens per step unless `--num-spec-tokens` says otherwise.
+const SPEC_TOKENS: usize = 3;
+
+/// Draft tokens per step of a draft model unless `--num-spec-tokens` says otherwise.
+const DRAFT_MODEL_SPEC_TOKENS: usize = 7;
+
 /// How requests are drafted.
 #[derive(Args, Clone, Debug)]
 pub struct SpeculativeOptions {
@@ -24,9 +30,12 @@ pub struct SpeculativeOptions {
     /// `--draft-weights`).
     #[arg(long)]
     pub draft: Option<PathBuf>,
-    /// Draft tokens per step (chains), or the depth of EAGLE-2 draft trees.
-    #[arg(long, default_value_t = 3)]
-    pub num_spec_tokens: usize,
+    /// Draft tokens per step (chains), or the depth of EAGLE-2 draft trees; default: 3, and 7
+    /// for `--method draft-model` (whose drafts are accepted nearly always, so that a longer
+    /// chain pays for its drafting steps; 8 verification rows are two passes of the CPU
+    /// kernels' four rows, or one of eight).
+    #[arg(long)]
+    pub num_spec_tokens: Option<usize>,
     /// EAGLE-2 dynamic draft trees of this many draft tokens instead of chains; 0 drafts
     /// chains.
     #[arg(long, default_value_t = 0)]
@@ -168,7 +177,12 @@ impl SpeculativeOptions {
                 None => println!("lookup assist: off"),
             }
         }
-        let mut config = SpeculativeConfig::new(method, self.num_spec_tokens);
+        let default_k = match chosen {
+            DraftMethod::DraftModel => DRAFT_MODEL_SPEC_TOKENS,
+            _ => SPEC_TOKENS,
+        };
+        let k = self.num_spec_tokens.unwrap_or(default_k);
+        let mut config = SpeculativeConfig::new(method, k);
         config.disable_by_batch_size = self.disable_by_batch_size;
         config.draft_length = match self.draft_length {
             DraftLengthArg::Adaptive => DraftLength::Adaptive {
@@ -228,9 +242,10 @@ impl SpeculativeOptions {
             return Ok(Some(dir.clone()));
         }
         if method == DraftMethod::DraftModel {
-            let weights = self
-                .draft_weights
-                .map_or_else(|| "q8_0 on the CPU".into(), |format| format.to_string());
+            let weights = self.draft_weights.map_or_else(
+                || "q8_0 on the CPU, else the target's".into(),
+                |format| format.to_string(),
+            );
             println!("draft: the target model itself, weights {weights}");
             return Ok(Some(target.to_path_buf()));
         }
@@ -325,6 +340,10 @@ mod tests {
         };
         assert_eq!(drafter.model, Path::new("/target"));
         assert_eq!(drafter.weights, None);
+        let k = |args: &[&str]| config(args).unwrap().unwrap().num_speculative_tokens;
+        assert_eq!(k(&["--method", "draft-model"]), DRAFT_MODEL_SPEC_TOKENS);
+        assert_eq!(k(&["--method", "draft-model", "--num-spec-tokens", "4"]), 4);
+        assert_eq!(k(&["--method", "eagle3", "--draft", "/head"]), SPEC_TOKENS);
         let method = config(&["--method", "draft-model", "--draft", "/small"])
             .unwrap()
             .unwrap()

@@ -13,13 +13,14 @@
 //! - [`ngram`]: prompt-lookup drafting.
 //! - [`proposer`]: the [`proposer::Proposer`] trait, and with the `burn` feature the EAGLE
 //!   proposer (chains, or EAGLE-2 trees expanded per depth and reranked globally) and the
-//!   draft-model proposer (chains from a separate language model of the target's vocabulary); `eagle`: EAGLE-1 and EAGLE-3 heads loaded from real checkpoint layouts, built
-//!   randomly and exported back.
+//!   draft-model proposer (chains from a separate language model of the target's vocabulary);
+//!   `eagle`: EAGLE-1 and EAGLE-3 heads loaded from real checkpoint layouts, built randomly and
+//!   exported back.
 //! - `train` (feature `train`): self-distillation data shards and the training loop of EAGLE-1
 //!   and EAGLE-3 heads (training-time test, AdamW, validation, checkpoints).
 //!
-//! Everything but `eagle` and the EAGLE and draft-model proposers compiles without burn: build with
-//! `default-features = false` to get only the burn-free parts.
+//! Everything but `eagle` and the EAGLE and draft-model proposers compiles without burn: build
+//! with `default-features = false` to get only the burn-free parts.
 #![warn(missing_docs)]
 
 pub mod events;
