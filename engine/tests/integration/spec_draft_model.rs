@@ -5,11 +5,11 @@
 use crate::common;
 
 use aquila_engine::{
-    DraftLength, DraftModelDrafter, EngineError, Llm, SamplingParams, SpeculativeConfig,
-    SpeculativeMethod, WeightFormat,
+    DraftLength, DraftModelDrafter, EngineError, Llm, SpeculativeConfig, SpeculativeMethod,
+    WeightFormat,
 };
-use common::spec::{draft_model, prompt_ids, run};
-use common::{config, greedy, mixed, tiny_model, PROMPTS};
+use common::spec::{assert_greedy_exact_beside_sampled, draft_model};
+use common::{config, greedy, tiny_model, PROMPTS};
 
 const MAX_TOKENS: usize = 24;
 
@@ -45,20 +45,8 @@ fn the_target_drafting_for_itself_is_accepted_on_every_draft() {
 fn sampled_requests_beside_greedy_ones_keep_the_greedy_ones_exact() {
     let model = tiny_model();
     let draft = draft_model();
-    let mut plain = Llm::new(config(model.path())).unwrap();
-    let prompts = prompt_ids(&plain, &PROMPTS);
-    let params: Vec<SamplingParams> = mixed(MAX_TOKENS);
-    let baseline = run(&mut plain, &prompts, &params);
-    let mut engine_config = config(model.path());
-    engine_config.speculative = Some(SpeculativeConfig::draft_model(draft.path(), 3));
-    let mut llm = Llm::new(engine_config).unwrap();
-    let outputs = run(&mut llm, &prompts, &params);
-    for ((out, base), params) in outputs.iter().zip(&baseline).zip(&params) {
-        assert_eq!(out.token_ids.len(), MAX_TOKENS);
-        if params.temperature == 0.0 {
-            assert_eq!(out.token_ids, base.token_ids);
-        }
-    }
+    let speculative = SpeculativeConfig::draft_model(draft.path(), 3);
+    assert_greedy_exact_beside_sampled(model.path(), speculative, MAX_TOKENS);
 }
 
 #[test]

@@ -7,13 +7,14 @@
 use crate::common;
 
 use aquila_engine::{
-    DraftLength, DraftTreeConfig, KvCacheBudget, Llm, NgramDrafter, SamplingParams,
-    SpeculativeConfig, SpeculativeMethod,
+    DraftLength, DraftTreeConfig, KvCacheBudget, Llm, NgramDrafter, SpeculativeConfig,
+    SpeculativeMethod,
 };
 use common::spec::{
-    draft_model, eagle1_head, eagle3_head, eagle3_head_of, prompt_ids, run, run_single,
+    assert_greedy_exact_beside_sampled, draft_model, eagle1_head, eagle3_head, eagle3_head_of,
+    prompt_ids, run, run_single,
 };
-use common::{config, greedy, mixed, tiny_model, PROMPTS};
+use common::{config, greedy, tiny_model, PROMPTS};
 
 const MAX_TOKENS: usize = 24;
 
@@ -190,18 +191,6 @@ fn tight_token_and_kv_budgets_cut_drafts_without_changing_output() {
 fn mixed_sampling_batches_keep_greedy_requests_exact() {
     let model = tiny_model();
     let head = eagle1_head(model.path());
-    let mut plain = Llm::new(config(model.path())).unwrap();
-    let prompts = prompt_ids(&plain, &PROMPTS);
-    let params: Vec<SamplingParams> = mixed(MAX_TOKENS);
-    let baseline = run(&mut plain, &prompts, &params);
-    let mut engine_config = config(model.path());
-    engine_config.speculative = Some(SpeculativeConfig::eagle(head.path(), 3));
-    let mut llm = Llm::new(engine_config).unwrap();
-    let outputs = run(&mut llm, &prompts, &params);
-    for ((out, base), params) in outputs.iter().zip(&baseline).zip(&params) {
-        assert_eq!(out.token_ids.len(), MAX_TOKENS);
-        if params.temperature == 0.0 {
-            assert_eq!(out.token_ids, base.token_ids);
-        }
-    }
+    let speculative = SpeculativeConfig::eagle(head.path(), 3);
+    assert_greedy_exact_beside_sampled(model.path(), speculative, MAX_TOKENS);
 }

@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use super::ProposeError;
 use crate::sampling::RequestRng;
 
 /// What the proposer keeps for one request besides its draft KV rows.
@@ -56,6 +57,26 @@ impl SlotTable {
         self.free.iter().copied()
     }
 
+    /// Where `request_id` goes in a drafting call, and whether it is new to the table: its own
+    /// slot, else the next of `free` (the table's free slots, taken in order over the call's
+    /// requests). Nothing is taken.
+    pub fn place(
+        &self,
+        request_id: u64,
+        free: &mut impl Iterator<Item = usize>,
+    ) -> Result<(usize, bool), ProposeError> {
+        match self.get(request_id) {
+            Some(state) => Ok((state.slot, false)),
+            None => free
+                .next()
+                .map(|slot| (slot, true))
+                .ok_or(ProposeError::NoFreeSlot {
+                    request_id,
+                    capacity: self.capacity,
+                }),
+        }
+    }
+
     /// Gives `slot` (free) to a new request.
     pub fn insert(&mut self, request_id: u64, state: RequestState) {
         let taken = self.free.remove(&state.slot);
@@ -87,5 +108,16 @@ mod tests {
         assert_eq!(table.free_slots().collect::<Vec<_>>(), vec![0, 2]);
         assert_eq!(table.get(9).map(|s| s.slot), Some(1));
         assert_eq!(table.len(), 1);
+        let mut free = table.free_slots();
+        assert_eq!(table.place(9, &mut free), Ok((1, false)));
+        assert_eq!(table.place(4, &mut free), Ok((0, true)));
+        assert_eq!(table.place(5, &mut free), Ok((2, true)));
+        assert!(matches!(
+            table.place(6, &mut free),
+            Err(ProposeError::NoFreeSlot {
+                request_id: 6,
+                capacity: 3
+            })
+        ));
     }
 }

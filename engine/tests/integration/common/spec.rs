@@ -62,6 +62,30 @@ pub fn draft_model() -> TempDir {
     dir
 }
 
+/// Runs [`crate::common::PROMPTS`] with [`crate::common::mixed`] sampling, `max_tokens` each,
+/// on the plain engine and with `speculative`: every output is full length, and the greedy ones
+/// equal the plain engine's.
+pub fn assert_greedy_exact_beside_sampled(
+    model: &Path,
+    speculative: SpeculativeConfig,
+    max_tokens: usize,
+) {
+    let mut plain = Llm::new(crate::common::config(model)).unwrap();
+    let prompts = prompt_ids(&plain, &crate::common::PROMPTS);
+    let params: Vec<SamplingParams> = crate::common::mixed(max_tokens);
+    let baseline = run(&mut plain, &prompts, &params);
+    let mut engine_config = crate::common::config(model);
+    engine_config.speculative = Some(speculative);
+    let mut llm = Llm::new(engine_config).unwrap();
+    let outputs = run(&mut llm, &prompts, &params);
+    for ((out, base), params) in outputs.iter().zip(&baseline).zip(&params) {
+        assert_eq!(out.token_ids.len(), max_tokens);
+        if params.temperature == 0.0 {
+            assert_eq!(out.token_ids, base.token_ids);
+        }
+    }
+}
+
 /// `config` with speculative decoding set.
 pub fn with_speculative(mut config: EngineConfig, speculative: SpeculativeConfig) -> EngineConfig {
     config.speculative = Some(speculative);

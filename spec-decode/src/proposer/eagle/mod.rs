@@ -161,16 +161,7 @@ impl<B: KernelBackend> EagleProposer<B> {
             .iter()
             .map(|request| {
                 let request_id = request.request_id;
-                let (slot, is_new) = match self.slots.get(request_id) {
-                    Some(state) => (state.slot, false),
-                    None => {
-                        let slot = free.next().ok_or(ProposeError::NoFreeSlot {
-                            request_id,
-                            capacity: self.slots.capacity(),
-                        })?;
-                        (slot, true)
-                    }
-                };
+                let (slot, is_new) = self.slots.place(request_id, &mut free)?;
                 let cached = if is_new { 0 } else { self.cache.len(slot) };
                 let held = cached
                     + if is_new {
