@@ -159,9 +159,10 @@ impl EagleDrafter {
 pub struct DraftModelDrafter {
     /// Directory of the draft model (Hugging Face layout, as the target's).
     pub model: PathBuf,
-    /// The format of its projections and lm_head; `None`: Q8_0 on the CPU kernels (which read
-    /// packed weights), else the target's ([`EngineConfig::weights`]). Drafts are verified by
-    /// the target either way, so outputs do not depend on it.
+    /// The format of its projections and lm_head; `None`: Q4_1 layers beside a Q8_0 lm_head
+    /// on the CPU kernels (which read packed weights), else the target's
+    /// ([`EngineConfig::weights`]). Drafts are verified by the target either way, so outputs
+    /// do not depend on it.
     #[serde(default)]
     pub weights: Option<WeightFormat>,
     /// How chain drafts are picked for requests that sample (greedy requests take the draft

@@ -79,16 +79,24 @@ pub(crate) struct DraftPlacement<'a, B: Backend> {
 }
 
 impl<B: KernelBackend> DraftPlacement<'_, B> {
-    /// The format of a drafter's weights: `configured`, else Q8_0 where the kernels read packed
-    /// weights (a drafter reads its weights once per draft token), else the target's.
-    fn weights(&self, configured: Option<WeightFormat>) -> WeightFormat {
+    /// The format of a drafter's weights: `configured`, else `packed` where the kernels read
+    /// packed weights (a drafter reads its weights once per draft token), else the target's.
+    fn weights(&self, configured: Option<WeightFormat>, packed: WeightFormat) -> WeightFormat {
         configured.unwrap_or(if B::PACKED_WEIGHTS {
-            WeightFormat::Q8_0
+            packed
         } else {
             self.target_weights
         })
     }
 }
+
+/// The packed format of an EAGLE head's weights by default: trained `f32` values, whose
+/// drafts lose acceptance at four bits.
+const HEAD_WEIGHTS: WeightFormat = WeightFormat::Q8_0;
+
+/// The packed format of a draft model's weights by default: 4-bit layers (a Q4_1 file's own
+/// values, exactly) beside a Q8_0 lm_head, the fewest bytes per draft token.
+const DRAFT_MODEL_WEIGHTS: WeightFormat = WeightFormat::Q4_1;
 
 impl<B: KernelBackend> Drafter<B> {
     /// Builds the drafter `config` describes for `target` where `placement` says, with draft
@@ -144,7 +152,7 @@ impl<B: KernelBackend> Drafter<B> {
                     dir: dir.clone(),
                     reason,
                 };
-                let weights = placement.weights(eagle.weights);
+                let weights = placement.weights(eagle.weights, HEAD_WEIGHTS);
                 let storage = WeightStorage::for_backend::<B>(weights);
                 let head = EagleHead::<B>::load_stored(dir, target.config(), device, storage)
                     .map_err(|e| draft_error(e.to_string()))?
@@ -315,7 +323,7 @@ fn draft_model_proposer<B: KernelBackend>(
         dir: drafter.model.clone(),
         reason,
     };
-    let weights = placement.weights(drafter.weights);
+    let weights = placement.weights(drafter.weights, DRAFT_MODEL_WEIGHTS);
     let model = LlamaModel::<B>::load_in_format(&drafter.model, weights, placement.device)
         .map_err(|e| draft_error(e.to_string()))?
         .no_grad();

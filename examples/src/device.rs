@@ -20,7 +20,9 @@ pub struct DeviceArgs {
     pub device: Option<Device>,
     /// Type of the model: `f32` (every device); `bf16` (bfloat16 weights on the CPU, the
     /// float type on CUDA); `f16` (CUDA only); `q8_0` (8-bit weights in blocks of 32 with a
-    /// scale each, read packed by the CPU kernels).
+    /// scale each, read packed by the CPU kernels); `q4_1` (4-bit layer weights in blocks of 32
+    /// with a scale and a minimum each, beside a Q8_0 token table and lm_head: the layout of
+    /// the SmolLM2 GGUF, whose weights it holds exactly).
     #[arg(long, value_parser = parse_dtype, default_value = "f32")]
     pub dtype: DtypeArg,
 }
@@ -37,6 +39,8 @@ pub enum DtypeArg {
     F16,
     /// Q8_0 weights.
     Q8_0,
+    /// Q4_1 layer weights beside a Q8_0 token table and lm_head.
+    Q4_1,
 }
 
 impl DeviceArgs {
@@ -50,6 +54,7 @@ impl DeviceArgs {
         let (dtype, weights) = match (self.dtype, device.is_cpu()) {
             (DtypeArg::F32, _) => (DType::F32, WeightFormat::F32),
             (DtypeArg::Q8_0, _) => (DType::F32, WeightFormat::Q8_0),
+            (DtypeArg::Q4_1, _) => (DType::F32, WeightFormat::Q4_1),
             (DtypeArg::Bf16, true) => (DType::F32, WeightFormat::Bf16),
             (DtypeArg::Bf16, false) => (DType::BF16, WeightFormat::F32),
             (DtypeArg::F16, true) => return Err(DeviceError::CpuDtype(DType::F16)),
@@ -183,15 +188,16 @@ pub fn parse_device(text: &str) -> Result<Device, String> {
         .ok_or_else(|| format!("`{text}` is not a device: use cpu, cpu-generic, cuda or cuda:N"))
 }
 
-/// Parses `f32`, `bf16`, `f16` or `q8_0`.
+/// Parses `f32`, `bf16`, `f16`, `q8_0` or `q4_1`.
 pub fn parse_dtype(text: &str) -> Result<DtypeArg, String> {
     match text {
         "f32" => Ok(DtypeArg::F32),
         "bf16" => Ok(DtypeArg::Bf16),
         "f16" => Ok(DtypeArg::F16),
         "q8_0" => Ok(DtypeArg::Q8_0),
+        "q4_1" => Ok(DtypeArg::Q4_1),
         other => Err(format!(
-            "`{other}` is not a dtype: use f32, bf16, f16 or q8_0"
+            "`{other}` is not a dtype: use f32, bf16, f16, q8_0 or q4_1"
         )),
     }
 }
@@ -264,9 +270,10 @@ mod tests {
         }
         assert_eq!(parse_dtype("bf16"), Ok(DtypeArg::Bf16));
         assert_eq!(parse_dtype("q8_0"), Ok(DtypeArg::Q8_0));
+        assert_eq!(parse_dtype("q4_1"), Ok(DtypeArg::Q4_1));
         assert!(parse_dtype("f64")
             .unwrap_err()
-            .contains("f32, bf16, f16 or q8_0"));
+            .contains("f32, bf16, f16, q8_0 or q4_1"));
     }
 
     #[test]
@@ -294,6 +301,11 @@ mod tests {
             ..args.clone()
         };
         assert_eq!(bf16.resolve().unwrap().weights, WeightFormat::Bf16);
+        let q4 = DeviceArgs {
+            dtype: DtypeArg::Q4_1,
+            ..args.clone()
+        };
+        assert_eq!(q4.resolve().unwrap().to_string(), "cpu, q4_1 weights");
         let half = DeviceArgs {
             dtype: DtypeArg::F16,
             ..args

@@ -55,7 +55,8 @@ pub struct SpeculativeOptions {
     #[arg(long, default_value_t = 0)]
     pub min_draft_tokens: usize,
     /// Format of an EAGLE head's or a draft model's projections and lm_head (`f32`, `q8_0`,
-    /// `bf16`); default: `q8_0` on the CPU, else the target's (`--dtype`).
+    /// `bf16`, `q4_1`); default on the CPU: `q8_0` for heads, `q4_1` for draft models; else
+    /// the target's (`--dtype`).
     #[arg(long)]
     pub draft_weights: Option<WeightFormat>,
     /// EAGLE drafts: `auto` (and `on`) verify a prompt lookup's chain instead of the head's
@@ -109,7 +110,7 @@ pub enum DraftMethod {
     /// Prompt-lookup n-grams (no draft model).
     Ngram,
     /// A draft language model sharing the target's tokenizer (`--draft DIR`; default: the
-    /// target itself in `--draft-weights`, Q8_0 on the CPU).
+    /// target itself in `--draft-weights`, Q4_1 on the CPU).
     DraftModel,
     /// No speculative decoding.
     None,
@@ -243,7 +244,7 @@ impl SpeculativeOptions {
         }
         if method == DraftMethod::DraftModel {
             let weights = self.draft_weights.map_or_else(
-                || "q8_0 on the CPU, else the target's".into(),
+                || "q4_1 on the CPU, else the target's".into(),
                 |format| format.to_string(),
             );
             println!("draft: the target model itself, weights {weights}");

@@ -28,7 +28,12 @@ const PREFILL_TOKENS: usize = 512;
 const DECODE_TOKENS: usize = 64;
 
 /// The compared formats: Aquila's `--dtype` and llama-quantize's type name.
-const FORMATS: [(&str, &str); 3] = [("f32", "F32"), ("q8_0", "Q8_0"), ("bf16", "BF16")];
+const FORMATS: [(&str, &str); 4] = [
+    ("f32", "F32"),
+    ("q8_0", "Q8_0"),
+    ("bf16", "BF16"),
+    ("q4_1", "Q4_1"),
+];
 
 /// K-quant formats imported and generated from (llama-quantize's type names).
 const IMPORTED: [&str; 2] = ["Q4_K_M", "Q6_K"];

@@ -57,7 +57,7 @@ struct Args {
     /// EAGLE-3 head; defaults to the shipped head (the row is left out when there is none).
     #[arg(long)]
     draft_eagle3: Option<PathBuf>,
-    /// Draft model of the draft-model row; defaults to the target itself (in Q8_0 on the CPU).
+    /// Draft model of the draft-model row; defaults to the target itself (in Q4_1 on the CPU).
     #[arg(long)]
     draft_model: Option<PathBuf>,
     /// Draft tokens per step.

@@ -6,13 +6,13 @@
 //! of weight rows is multiplied with up to eight input rows at a time while it sits in
 //! registers and L1 (four weight rows for up to four input rows, three for up to eight, so the
 //! accumulators stay within the 32 vector registers). CPUs with AVX2 but no AVX-512 read the
-//! weight rows one after another instead (module `avx2`). Q8_0 weights go to their own kernel
-//! (module `q8_0`), which works on groups of 16 interleaved weight rows and up to six input
-//! rows at a time.
+//! weight rows one after another instead (module `avx2`). Q8_0 and Q4_1 weights go to their
+//! own kernels (modules `q8_0` and `q4_1`), which work on groups of 16 interleaved weight rows
+//! and up to six input rows at a time.
 
 use super::aligned::{is_aligned, AlignedRows};
 use super::q8_0::{InputPrecision, QuantizedRows};
-use crate::quant::{Bf16Matrix, Q8_0Matrix, Q8_0_GROUP};
+use crate::quant::{Bf16Matrix, Q4_1Matrix, Q8_0Matrix, Q4_1_GROUP, Q8_0_GROUP};
 use rayon::prelude::*;
 
 /// Input rows up to which [`project_rows`], which streams each weight row once for all input
@@ -25,7 +25,7 @@ pub const MAX_GEMV_ROWS: usize = 16;
 const TASK_BYTES: usize = 64 * 1024;
 
 /// Tasks cover whole multiples of this many weight rows: whole tiles of three and four rows,
-/// and whole Q8_0 groups.
+/// and whole Q8_0 and Q4_1 groups.
 const TASK_ROW_MULTIPLE: usize = 48;
 
 /// Most input rows one tile multiplies.
@@ -56,6 +56,8 @@ pub enum WeightRef<'a> {
     Q8_0(&'a Q8_0Matrix),
     /// bfloat16 values.
     Bf16(&'a Bf16Matrix),
+    /// Q4_1 blocks (the input rows are quantized per block for them, as for Q8_0).
+    Q4_1(&'a Q4_1Matrix),
 }
 
 impl WeightRef<'_> {
@@ -65,7 +67,26 @@ impl WeightRef<'_> {
             WeightRef::F32(w) => w.len() / d_in.max(1),
             WeightRef::Q8_0(m) => m.rows(),
             WeightRef::Bf16(m) => m.rows(),
+            WeightRef::Q4_1(m) => m.rows(),
         }
+    }
+
+    /// Row `row` of a packed weight widened to `f32` in `out` (`d_in` long).
+    ///
+    /// # Panics
+    /// For `f32` weights, which are not packed, or a row out of range.
+    pub(super) fn widen_row(&self, row: usize, out: &mut [f32]) {
+        match self {
+            WeightRef::Q8_0(m) => m.dequantize_row(row, out),
+            WeightRef::Bf16(m) => m.dequantize_row(row, out),
+            WeightRef::Q4_1(m) => m.dequantize_row(row, out),
+            WeightRef::F32(_) => panic!("f32 weights are not packed"),
+        }
+    }
+
+    /// Whether the kernel reads the input rows quantized per block.
+    fn reads_quantized_inputs(&self) -> bool {
+        matches!(self, WeightRef::Q8_0(_) | WeightRef::Q4_1(_))
     }
 
     /// Whether the rows are `d_in` wide.
@@ -74,6 +95,7 @@ impl WeightRef<'_> {
             WeightRef::F32(w) => w.len() % d_in.max(1) == 0,
             WeightRef::Q8_0(m) => m.cols() == d_in,
             WeightRef::Bf16(m) => m.cols() == d_in,
+            WeightRef::Q4_1(m) => m.cols() == d_in,
         }
     }
 
@@ -83,6 +105,7 @@ impl WeightRef<'_> {
             WeightRef::F32(_) => 4 * d_in,
             WeightRef::Q8_0(_) => d_in + d_in / 16,
             WeightRef::Bf16(_) => 2 * d_in,
+            WeightRef::Q4_1(_) => d_in / 2 + d_in / 8,
         }
         .max(1)
     }
@@ -115,7 +138,7 @@ unsafe impl Sync for SharedOut {}
 /// The input rows as each weight format's kernel reads them.
 struct Inputs<'a> {
     x: &'a [f32],
-    /// The rows quantized per block, when a projection has Q8_0 weights.
+    /// The rows quantized per block, when a projection has Q8_0 or Q4_1 weights.
     quantized: Option<QuantizedRows>,
 }
 
@@ -137,14 +160,17 @@ impl Inputs<'_> {
                 dot_tile(weights, width, xs, height, d_in, dots);
             }
             WeightRef::Bf16(m) => super::bf16::dot_tile(m, col, width, self.x, row, height, dots),
-            WeightRef::Q8_0(_) => unreachable!("Q8_0 weights go through their group kernel"),
+            WeightRef::Q8_0(_) | WeightRef::Q4_1(_) => {
+                unreachable!("Q8_0 and Q4_1 weights go through their group kernels")
+            }
         }
     }
 }
 
 /// `x` (`[rows, d_in]`) times every projection of `projections`: output `b` is
-/// `[rows, out_b]` with `out_b[r, j] = x[r] · weight_b[j] + bias_b[j]`. With Q8_0 weights,
-/// `x` is quantized per block of 32 first, at about 15 bits ([`InputPrecision::Split`]).
+/// `[rows, out_b]` with `out_b[r, j] = x[r] · weight_b[j] + bias_b[j]`. With Q8_0 or Q4_1
+/// weights, `x` is quantized per block of 32 first, at about 15 bits
+/// ([`InputPrecision::Split`]).
 ///
 /// # Panics
 /// If a weight's rows are not `d_in` wide, a bias has the wrong length, or `x` is not
@@ -158,7 +184,7 @@ pub fn project_rows(
     project_rows_at(x, rows, d_in, projections, InputPrecision::Split)
 }
 
-/// [`project_rows`] with the input rows of Q8_0 weights quantized at `precision` (benchmarks
+/// [`project_rows`] with the input rows of Q8_0 and Q4_1 weights quantized at `precision` (benchmarks
 /// compare the precisions with it).
 pub fn project_rows_at(
     x: &[f32],
@@ -193,10 +219,10 @@ pub fn project_rows_at(
     }
     let needs_quantized = projections
         .iter()
-        .any(|p| matches!(p.weight, WeightRef::Q8_0(_)));
+        .any(|p| p.weight.reads_quantized_inputs());
     let needs_floats = projections
         .iter()
-        .any(|p| !matches!(p.weight, WeightRef::Q8_0(_)));
+        .any(|p| !p.weight.reads_quantized_inputs());
     let aligned = (needs_floats && !is_aligned(x)).then(|| AlignedRows::copy_of(x));
     let x = aligned.as_ref().map_or(x, AlignedRows::as_slice);
     let inputs = Inputs {
@@ -224,13 +250,24 @@ pub fn project_rows_at(
         let p = &projections[b];
         let n = p.outputs(d_in);
         let out = pointers[b];
-        if let (WeightRef::Q8_0(m), Some(quantized)) = (p.weight, &inputs.quantized) {
-            let groups = start / Q8_0_GROUP..end.div_ceil(Q8_0_GROUP);
+        if let Some(quantized) = &inputs.quantized {
             let output = super::q8_0::Output { values: out.0, n };
-            // SAFETY: the output is this projection's [rows, n] buffer, and the task's groups
-            // (its columns: tasks start on group boundaries) are written by this task only.
-            unsafe { super::q8_0::project_groups(m, groups, quantized, p.bias, output) };
-            return;
+            // SAFETY (both): the output is this projection's [rows, n] buffer, and the task's
+            // groups (its columns: tasks start on group boundaries) are written by this task
+            // only.
+            match p.weight {
+                WeightRef::Q8_0(m) => {
+                    let groups = start / Q8_0_GROUP..end.div_ceil(Q8_0_GROUP);
+                    unsafe { super::q8_0::project_groups(m, groups, quantized, p.bias, output) };
+                    return;
+                }
+                WeightRef::Q4_1(m) => {
+                    let groups = start / Q4_1_GROUP..end.div_ceil(Q4_1_GROUP);
+                    unsafe { super::q4_1::project_groups(m, groups, quantized, p.bias, output) };
+                    return;
+                }
+                WeightRef::F32(_) | WeightRef::Bf16(_) => {}
+            }
         }
         #[cfg(target_arch = "x86_64")]
         if let Some(weight_rows) = in_order_rows(p.weight, start, end, d_in) {
@@ -510,28 +547,27 @@ mod tests {
 
     #[test]
     fn packed_weights_match_a_reference() {
-        use crate::quant::{Bf16Matrix, Q8_0Matrix};
+        use crate::quant::{Bf16Matrix, Q4_1Matrix, Q8_0Matrix};
         for (rows, d_in, out) in [(1, 576, 70), (5, 96, 13), (16, 64, 40), (9, 32, 7)] {
             let x = values(rows * d_in, 0.7);
             let w = values(out * d_in, 2.0);
             let bias = values(out, 5.0);
             let q8 = Q8_0Matrix::quantize(&w, out, d_in).unwrap();
             let bf16 = Bf16Matrix::from_f32(&w, out, d_in);
+            let q4 = Q4_1Matrix::quantize(&w, out, d_in).unwrap();
             let widen = |m: WeightRef<'_>| -> Vec<f32> {
                 let mut all = vec![0.0; out * d_in];
                 for (r, row) in all.chunks_exact_mut(d_in).enumerate() {
-                    match m {
-                        WeightRef::Q8_0(m) => m.dequantize_row(r, row),
-                        WeightRef::Bf16(m) => m.dequantize_row(r, row),
-                        WeightRef::F32(_) => unreachable!("packed cases only"),
-                    }
+                    m.widen_row(r, row);
                 }
                 all
             };
             let cases = [
-                // Q8_0 keeps the inputs at about 15 bits: near the exact inputs' products.
+                // Q8_0 and Q4_1 keep the inputs at about 15 bits: near the exact inputs'
+                // products.
                 ("q8_0", WeightRef::Q8_0(&q8), 1e-3),
                 ("bf16", WeightRef::Bf16(&bf16), 1e-4),
+                ("q4_1", WeightRef::Q4_1(&q4), 1e-3),
             ];
             for (label, weight, tolerance) in cases {
                 let widened = widen(weight);
@@ -560,16 +596,18 @@ mod tests {
     /// whatever the number of rows beside it.
     #[test]
     fn each_row_gets_the_same_bits_whatever_the_rows_beside_it() {
-        use crate::quant::{Bf16Matrix, Q8_0Matrix};
+        use crate::quant::{Bf16Matrix, Q4_1Matrix, Q8_0Matrix};
         let (d_in, out, most_rows) = (160, 50, MAX_GEMV_ROWS);
         let x = values(most_rows * d_in, 0.9);
         let w = values(out * d_in, 1.7);
         let q8 = Q8_0Matrix::quantize(&w, out, d_in).unwrap();
         let bf16 = Bf16Matrix::from_f32(&w, out, d_in);
+        let q4 = Q4_1Matrix::quantize(&w, out, d_in).unwrap();
         for weight in [
             WeightRef::F32(&w),
             WeightRef::Q8_0(&q8),
             WeightRef::Bf16(&bf16),
+            WeightRef::Q4_1(&q4),
         ] {
             let p = ProjectionRef { weight, bias: None };
             let alone: Vec<Vec<f32>> = (0..most_rows)

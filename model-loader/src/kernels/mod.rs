@@ -69,6 +69,7 @@ pub mod exp;
 pub mod gemm;
 pub mod gemv;
 pub mod norm;
+mod q4_1;
 mod q8_0;
 pub mod rope;
 

@@ -166,6 +166,15 @@ impl WeightStorage {
         self.packed && self.format.packs(d_in)
     }
 
+    /// The storage of the token table and lm_head beside layers stored as `self`: the same,
+    /// in the format's [`WeightFormat::table_format`].
+    pub fn for_table(self) -> Self {
+        Self {
+            format: self.format.table_format(),
+            ..self
+        }
+    }
+
     /// Weights in `format`, packed when backend `B` reads packed weights.
     pub fn for_backend<B: KernelBackend>(format: WeightFormat) -> Self {
         Self {

@@ -97,8 +97,9 @@ impl<B: Backend> LlamaModel<B> {
         let (vocab, hidden) = (config.vocab_size, config.hidden_size);
         let separate_head = loader.reader().contains(LM_HEAD) || !config.tie_word_embeddings;
         // The table is converted before the layers are read, so that its f32 copy is gone by
-        // then; a tied table kept packed is packed as it is read, a few rows at a time.
-        let storage = loader.storage();
+        // then; a tied table kept packed is packed as it is read, a few rows at a time. The
+        // table and lm_head take the format's table format (Q8_0 beside Q4_1 layers).
+        let storage = loader.storage().for_table();
         let embed = if !separate_head && storage.keeps_packed(hidden) {
             loader
                 .reader()
@@ -123,7 +124,8 @@ impl<B: Backend> LlamaModel<B> {
             .map(|i| DecoderLayer::load(loader, &format!("model.layers.{i}"), &spec))
             .collect();
         let norm = load_rms_norm(loader, FINAL_NORM, hidden, config.rms_norm_eps);
-        let lm_head = separate_head.then(|| loader.linear("lm_head", hidden, vocab, false));
+        let lm_head =
+            separate_head.then(|| loader.linear_stored("lm_head", hidden, vocab, false, storage));
         let table_is_lm_head = lm_head.is_none();
         let (embed_tokens, lm_head) = match (embed?, lm_head) {
             (TokenTable::Float(table), Some(head)) => (Some(table), head?),
@@ -348,7 +350,7 @@ impl<B: Backend> TokenTable<B> {
     /// weights: rounded to the format and widened back, so that embeddings and logits use the
     /// same values.
     fn tied(loader: &WeightLoader<'_, B>, table: Vec<f32>, shape: [usize; 2]) -> Self {
-        let storage = loader.storage();
+        let storage = loader.storage().for_table();
         match PackedWeight::pack(storage.format, &table, shape[0], shape[1]) {
             Some(packed) => TokenTable::Float(loader.tensor(packed.dequantize(), shape)),
             None => TokenTable::Float(loader.tensor(table, shape)),

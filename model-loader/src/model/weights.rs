@@ -98,6 +98,22 @@ impl<'a, B: Backend> WeightLoader<'a, B> {
         Some(self.build(vec![block], d_in))
     }
 
+    /// [`WeightLoader::linear`] with the weight stored as `storage` says rather than as the
+    /// loader's other weights (a vocabulary projection kept wider than 4-bit layers).
+    pub fn linear_stored(
+        &mut self,
+        prefix: &str,
+        d_in: usize,
+        d_out: usize,
+        bias: bool,
+        storage: WeightStorage,
+    ) -> Option<SplitLinear<B>> {
+        let layers = std::mem::replace(&mut self.storage, storage);
+        let layer = self.linear(prefix, d_in, d_out, bias);
+        self.storage = layers;
+        layer
+    }
+
     /// One linear layer computing several projections of the same input, one block per
     /// projection (so [`SplitLinear::forward_blocks`] returns each projection's output).
     pub fn projections(

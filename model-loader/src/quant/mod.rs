@@ -5,15 +5,21 @@
 //! - [`WeightFormat::Q8_0`]: ggml's Q8_0 — blocks of 32 consecutive values of a row, each an
 //!   `f16` scale `d` and 32 signed 8-bit integers `q`, value `d * q` ([`Q8_0Matrix`]).
 //! - [`WeightFormat::Bf16`]: bfloat16, rounded to nearest even ([`Bf16Matrix`]).
+//! - [`WeightFormat::Q4_1`]: ggml's Q4_1 for the projections — blocks of 32 four-bit integers
+//!   `q` with an `f16` scale `d` and minimum `m`, value `d * q + m` ([`Q4_1Matrix`]) — and
+//!   Q8_0 for the token table and lm_head, as llama.cpp's Q4_1 files hold them (a 4-bit
+//!   vocabulary projection costs more in quality than its bytes are worth).
 //!
 //! The CPU kernels ([`crate::kernels::gemv`], [`crate::kernels::gemm`]) read packed weights
 //! directly. Backends without kernels for them (CUDA, the generic CPU path) get the packed
 //! values dequantized to floats at load, so every backend computes with the same weights.
 
 mod bf16;
+mod q4_1;
 mod q8_0;
 
 pub use bf16::Bf16Matrix;
+pub use q4_1::{Q4_1Block, Q4_1Group, Q4_1Matrix, Q4_1_BLOCK, Q4_1_GROUP};
 pub(crate) use q8_0::quantize_block as q8_0_block;
 pub use q8_0::{Q8_0Matrix, Q8_0_BLOCK, Q8_0_GROUP};
 
@@ -36,11 +42,20 @@ pub enum WeightFormat {
     /// bfloat16.
     #[serde(rename = "bf16")]
     Bf16,
+    /// ggml's Q4_1 projections (4-bit integers in blocks of 32 with an `f16` scale and minimum
+    /// each) beside a Q8_0 token table and lm_head.
+    #[serde(rename = "q4_1")]
+    Q4_1,
 }
 
 impl WeightFormat {
     /// Every format, in the order reports list them.
-    pub const ALL: [WeightFormat; 3] = [WeightFormat::F32, WeightFormat::Q8_0, WeightFormat::Bf16];
+    pub const ALL: [WeightFormat; 4] = [
+        WeightFormat::F32,
+        WeightFormat::Q8_0,
+        WeightFormat::Bf16,
+        WeightFormat::Q4_1,
+    ];
 
     /// The format's name as the command-line options and reports spell it.
     pub fn name(self) -> &'static str {
@@ -48,15 +63,26 @@ impl WeightFormat {
             WeightFormat::F32 => "f32",
             WeightFormat::Q8_0 => "q8_0",
             WeightFormat::Bf16 => "bf16",
+            WeightFormat::Q4_1 => "q4_1",
+        }
+    }
+
+    /// The format of the token table and lm_head beside projections in this format: Q8_0 for
+    /// [`WeightFormat::Q4_1`], else the format itself.
+    pub fn table_format(self) -> WeightFormat {
+        match self {
+            WeightFormat::Q4_1 => WeightFormat::Q8_0,
+            format => format,
         }
     }
 
     /// Whether rows `cols` wide can be packed in this format (never for [`WeightFormat::F32`],
-    /// which is not packed; Q8_0 needs whole blocks).
+    /// which is not packed; Q8_0 and Q4_1 need whole blocks).
     pub fn packs(self, cols: usize) -> bool {
         match self {
             WeightFormat::F32 => false,
             WeightFormat::Q8_0 => cols.is_multiple_of(Q8_0_BLOCK),
+            WeightFormat::Q4_1 => cols.is_multiple_of(Q4_1_BLOCK),
             WeightFormat::Bf16 => true,
         }
     }
@@ -69,6 +95,28 @@ fn rows_per_read(cols: usize) -> usize {
     (READ_BYTES / (4 * cols.max(1))).max(1)
 }
 
+/// Reads a `[rows, cols]` matrix through `read` in consecutive ranges of whole groups of
+/// `group` rows (about [`rows_per_read`] rows each) and hands `fill` each range's first row
+/// and values.
+///
+/// # Panics
+/// If `read` returns other than `range.len() * cols` values.
+fn read_group_ranges(
+    rows: usize,
+    cols: usize,
+    group: usize,
+    mut read: impl FnMut(std::ops::Range<usize>) -> Vec<f32>,
+    mut fill: impl FnMut(usize, &[f32]),
+) {
+    let chunk = rows_per_read(cols).next_multiple_of(group);
+    for start in (0..rows).step_by(chunk) {
+        let range = start..(start + chunk).min(rows);
+        let values = read(range.clone());
+        assert_eq!(values.len(), range.len() * cols, "a short read of rows");
+        fill(start, &values);
+    }
+}
+
 impl fmt::Display for WeightFormat {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -77,7 +125,7 @@ impl fmt::Display for WeightFormat {
 
 /// An unknown weight format name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown weight format `{0}`: choose f32, q8_0 or bf16")]
+#[error("unknown weight format `{0}`: choose f32, q8_0, bf16 or q4_1")]
 pub struct UnknownWeightFormat(pub String);
 
 impl FromStr for WeightFormat {
@@ -98,12 +146,14 @@ pub enum PackedWeight {
     Q8_0(Arc<Q8_0Matrix>),
     /// bfloat16 values.
     Bf16(Arc<Bf16Matrix>),
+    /// Q4_1 blocks.
+    Q4_1(Arc<Q4_1Matrix>),
 }
 
 impl PackedWeight {
     /// `values` (row-major `[rows, cols]`) packed in `format`, or `None` for
-    /// [`WeightFormat::F32`] and for shapes the format cannot hold (Q8_0 needs rows whose
-    /// width is a multiple of [`Q8_0_BLOCK`]).
+    /// [`WeightFormat::F32`] and for shapes the format cannot hold (Q8_0 and Q4_1 need rows
+    /// whose width is a multiple of their block).
     ///
     /// # Panics
     /// If `values` does not hold `rows * cols` values.
@@ -142,6 +192,9 @@ impl PackedWeight {
             WeightFormat::Bf16 => Some(PackedWeight::Bf16(Arc::new(Bf16Matrix::from_rows(
                 rows, cols, read,
             )))),
+            WeightFormat::Q4_1 => {
+                Q4_1Matrix::quantize_rows(rows, cols, read).map(|m| PackedWeight::Q4_1(Arc::new(m)))
+            }
         }
     }
 
@@ -150,6 +203,7 @@ impl PackedWeight {
         match self {
             PackedWeight::Q8_0(_) => WeightFormat::Q8_0,
             PackedWeight::Bf16(_) => WeightFormat::Bf16,
+            PackedWeight::Q4_1(_) => WeightFormat::Q4_1,
         }
     }
 
@@ -158,6 +212,7 @@ impl PackedWeight {
         match self {
             PackedWeight::Q8_0(m) => [m.rows(), m.cols()],
             PackedWeight::Bf16(m) => [m.rows(), m.cols()],
+            PackedWeight::Q4_1(m) => [m.rows(), m.cols()],
         }
     }
 
@@ -166,6 +221,7 @@ impl PackedWeight {
         match self {
             PackedWeight::Q8_0(m) => m.bytes(),
             PackedWeight::Bf16(m) => m.bytes(),
+            PackedWeight::Q4_1(m) => m.bytes(),
         }
     }
 
@@ -177,6 +233,7 @@ impl PackedWeight {
         match self {
             PackedWeight::Q8_0(m) => m.dequantize_row(row, out),
             PackedWeight::Bf16(m) => m.dequantize_row(row, out),
+            PackedWeight::Q4_1(m) => m.dequantize_row(row, out),
         }
     }
 
@@ -225,7 +282,9 @@ mod tests {
         }
         assert_eq!("Q8_0".parse::<WeightFormat>(), Ok(WeightFormat::Q8_0));
         let err = "q4".parse::<WeightFormat>().unwrap_err();
-        assert!(err.to_string().contains("choose f32, q8_0 or bf16"));
+        assert!(err.to_string().contains("choose f32, q8_0, bf16 or q4_1"));
+        assert_eq!(WeightFormat::Q4_1.table_format(), WeightFormat::Q8_0);
+        assert_eq!(WeightFormat::Bf16.table_format(), WeightFormat::Bf16);
     }
 
     #[test]
@@ -233,15 +292,21 @@ mod tests {
         let (rows, cols) = (3, 64);
         let values: Vec<f32> = (0..rows * cols).map(|i| (i as f32 * 0.37).sin()).collect();
         assert!(PackedWeight::pack(WeightFormat::F32, &values, rows, cols).is_none());
-        for format in [WeightFormat::Q8_0, WeightFormat::Bf16] {
+        for (format, tolerance) in [
+            (WeightFormat::Q8_0, 1.0 / 127.0),
+            (WeightFormat::Bf16, 1.0 / 127.0),
+            (WeightFormat::Q4_1, 1.0 / 15.0),
+        ] {
             let packed = PackedWeight::pack(format, &values, rows, cols).unwrap();
             assert_eq!((packed.format(), packed.shape()), (format, [rows, cols]));
             for (a, b) in packed.dequantize().iter().zip(&values) {
-                assert!((a - b).abs() <= 1.0 / 127.0, "{format}: {a} vs {b}");
+                assert!((a - b).abs() <= tolerance, "{format}: {a} vs {b}");
             }
         }
-        // Q8_0 rows must be whole blocks.
-        assert!(PackedWeight::pack(WeightFormat::Q8_0, &values[..3 * 40], 3, 40).is_none());
+        // Q8_0 and Q4_1 rows must be whole blocks.
+        for format in [WeightFormat::Q8_0, WeightFormat::Q4_1] {
+            assert!(PackedWeight::pack(format, &values[..3 * 40], 3, 40).is_none());
+        }
     }
 
     #[test]
@@ -250,7 +315,7 @@ mod tests {
         let cols = 64;
         let rows = 2 * rows_per_read(cols) + 21;
         let values: Vec<f32> = (0..rows * cols).map(|i| (i as f32 * 0.013).cos()).collect();
-        for format in [WeightFormat::Q8_0, WeightFormat::Bf16] {
+        for format in [WeightFormat::Q8_0, WeightFormat::Bf16, WeightFormat::Q4_1] {
             let mut reads = Vec::new();
             let packed = PackedWeight::pack_rows(format, rows, cols, |range| {
                 reads.push(range.clone());
@@ -261,6 +326,9 @@ mod tests {
             let whole = match format {
                 WeightFormat::Q8_0 => {
                     PackedWeight::Q8_0(Arc::new(Q8_0Matrix::quantize(&values, rows, cols).unwrap()))
+                }
+                WeightFormat::Q4_1 => {
+                    PackedWeight::Q4_1(Arc::new(Q4_1Matrix::quantize(&values, rows, cols).unwrap()))
                 }
                 _ => PackedWeight::Bf16(Arc::new(Bf16Matrix::from_f32(&values, rows, cols))),
             };

@@ -110,28 +110,20 @@ impl Q8_0Matrix {
     pub fn quantize_rows(
         rows: usize,
         cols: usize,
-        mut read: impl FnMut(Range<usize>) -> Vec<f32>,
+        read: impl FnMut(Range<usize>) -> Vec<f32>,
     ) -> Option<Self> {
         if !cols.is_multiple_of(Q8_0_BLOCK) {
             return None;
         }
         let mut matrix = Self::zeroed(rows, cols);
-        let chunk = super::rows_per_read(cols).next_multiple_of(Q8_0_GROUP);
-        for start in (0..rows).step_by(chunk) {
-            let range = start..(start + chunk).min(rows);
-            let values = read(range.clone());
-            assert_eq!(
-                values.len(),
-                range.len() * cols,
-                "quantize_rows: short read"
-            );
-            let groups = start / Q8_0_GROUP..range.end.div_ceil(Q8_0_GROUP);
-            matrix.fill_groups(groups, |r, b| {
+        super::read_group_ranges(rows, cols, Q8_0_GROUP, read, |start, values| {
+            let end = start + values.len() / cols;
+            matrix.fill_groups(start / Q8_0_GROUP..end.div_ceil(Q8_0_GROUP), |r, b| {
                 let block = &values[(r - start) * cols + b * Q8_0_BLOCK..][..Q8_0_BLOCK];
                 let (d, ints) = quantize_block(block);
                 (f16::from_f32(d), ints)
             });
-        }
+        });
         crate::huge_pages::back_with_huge_pages(&matrix.quants);
         Some(matrix)
     }

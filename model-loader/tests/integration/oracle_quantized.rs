@@ -1,9 +1,10 @@
-//! Quality of the packed weight formats on SmolLM2-135M-Instruct: Q8_0 and bfloat16 weights on
+//! Quality of the packed weight formats on SmolLM2-135M-Instruct: Q8_0, bfloat16 and Q4_1 weights on
 //! the CPU kernels, teacher-forced over each oracle prompt and its greedy continuation in one
 //! batched forward (the many-row product), and as a prefill followed by single-token decode
 //! steps (the few-row kernels), must pick the f32 oracle's greedy token at no fewer than 99% of
 //! the positions both ways. The share and the largest error among the oracle's top-5 logits are
-//! printed.
+//! printed. The imported model's layers came from Q4_1 blocks: quantized to Q4_1 again, they
+//! must give back exactly the values they were read from.
 //!
 //! Needs `models/smollm2-135m-instruct` (made by `cargo xtask import-model`); without it the
 //! test fails, unless `AQUILA_SKIP_REAL_MODEL=1`.
@@ -133,4 +134,43 @@ fn q8_0_weights_agree_with_the_oracle() {
 #[test]
 fn bf16_weights_agree_with_the_oracle() {
     check_format(WeightFormat::Bf16);
+}
+
+#[test]
+fn q4_1_weights_agree_with_the_oracle() {
+    check_format(WeightFormat::Q4_1);
+}
+
+#[test]
+fn the_imported_layers_quantize_back_to_their_q4_1_blocks() {
+    use aquila_model_loader::checkpoint::Checkpoint;
+    use aquila_model_loader::quant::Q4_1Matrix;
+    let Some(dir) = aquila_testdata::real_model_dir() else {
+        return;
+    };
+    let checkpoint = Checkpoint::open(&dir).unwrap();
+    let names: Vec<String> = checkpoint
+        .names()
+        .filter(|name| name.starts_with("model.layers.") && name.ends_with("proj.weight"))
+        .map(str::to_string)
+        .collect();
+    // Seven projections in each of the 30 layers.
+    assert_eq!(names.len(), 7 * 30, "{names:?}");
+    let mut widened = Vec::new();
+    for name in &names {
+        let info = checkpoint.info(name).unwrap();
+        let (rows, cols) = (info.shape[0], info.shape[1]);
+        let values = checkpoint.read_f32(name).unwrap();
+        let packed = Q4_1Matrix::quantize(&values, rows, cols).unwrap();
+        widened.resize(cols, 0.0);
+        for r in 0..rows {
+            packed.dequantize_row(r, &mut widened);
+            let row = &values[r * cols..][..cols];
+            let differing = row
+                .iter()
+                .zip(&widened)
+                .filter(|(a, b)| a.to_bits() != b.to_bits());
+            assert_eq!(differing.count(), 0, "{name}, row {r}");
+        }
+    }
 }

@@ -167,6 +167,22 @@ pub fn assert_smollm2_lossless(
     ks: &[usize],
     max_tokens: usize,
 ) {
+    let head = eagle1_head(model);
+    assert_smollm2_lossless_with(model, device, weights, ks, max_tokens, |k| {
+        SpeculativeConfig::eagle(head.path(), k)
+    });
+}
+
+/// [`assert_smollm2_lossless`] with the speculative settings `speculative(k)`; returns, per
+/// `k`, the draft tokens verified and accepted in the batched run.
+pub fn assert_smollm2_lossless_with(
+    model: &Path,
+    device: Device,
+    weights: WeightFormat,
+    ks: &[usize],
+    max_tokens: usize,
+    speculative: impl Fn(usize) -> SpeculativeConfig,
+) -> Vec<(usize, usize)> {
     let config = || {
         let mut config = EngineConfig::new(model);
         config.device = device;
@@ -176,7 +192,6 @@ pub fn assert_smollm2_lossless(
         config.max_model_len = Some(256);
         config
     };
-    let head = eagle1_head(model);
     let greedy = super::greedy(max_tokens);
     let mut plain = Llm::new(config()).expect("SmolLM2 engine");
     let prompts = prompt_ids(&plain, &SMOLLM2_PROMPTS);
@@ -186,12 +201,15 @@ pub fn assert_smollm2_lossless(
         .map(|o| o.token_ids)
         .collect();
     drop(plain);
+    let mut counts = Vec::new();
     for &k in ks {
-        let mut speculative = config();
-        speculative.speculative = Some(SpeculativeConfig::eagle(head.path(), k));
-        let mut llm = Llm::new(speculative).expect("speculative SmolLM2 engine");
+        let mut engine_config = config();
+        engine_config.speculative = Some(speculative(k));
+        let mut llm = Llm::new(engine_config).expect("speculative SmolLM2 engine");
         let outputs = run(&mut llm, &prompts, &params);
         let drafted: usize = outputs.iter().map(|o| o.metrics.num_draft_tokens).sum();
+        let accepted: usize = outputs.iter().map(|o| o.metrics.num_accepted_tokens).sum();
+        counts.push((drafted, accepted));
         assert!(
             drafted > 0,
             "{device:?}, {weights}, k = {k}: no draft token was verified"
@@ -204,4 +222,5 @@ pub fn assert_smollm2_lossless(
             "{device:?}, {weights}, one at a time, k = {k}"
         );
     }
+    counts
 }

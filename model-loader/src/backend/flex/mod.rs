@@ -146,6 +146,7 @@ fn project_on_kernels(
                 KernelWeight::F32(storage) => WeightRef::F32(values(storage)),
                 KernelWeight::Packed(PackedWeight::Q8_0(m)) => WeightRef::Q8_0(m),
                 KernelWeight::Packed(PackedWeight::Bf16(m)) => WeightRef::Bf16(m),
+                KernelWeight::Packed(PackedWeight::Q4_1(m)) => WeightRef::Q4_1(m),
             },
             bias: bias.as_ref().map(values),
         })

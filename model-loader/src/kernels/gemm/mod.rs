@@ -6,11 +6,11 @@
 //! (column-major `[rows, out]`), it reads the weight as a column-major right-hand side, which
 //! it packs with vector copies; transposing the small `[out, rows]` result back is cheap.
 //!
-//! Packed weights (bfloat16, and Q8_0 on CPUs without AVX2) are widened to `f32` one
+//! Packed weights (bfloat16, and Q8_0 and Q4_1 on CPUs without AVX2) are widened to `f32` one
 //! projection at a time before the product: over many rows that costs little next to the
 //! product. The widened weight and gemm's result live in the pass's [`workspace`], reused from
-//! one projection to the next and released when the pass ends. Q8_0 weights on CPUs with
-//! AVX-512 VNNI or AVX2 go to their integer kernel instead, with inputs kept at about 15 bits
+//! one projection to the next and released when the pass ends. Q8_0 and Q4_1 weights on CPUs
+//! with AVX-512 VNNI or AVX2 go to their integer kernels instead, with inputs kept at about 15 bits
 //! as for few rows (module `q8_0`), so that a row's product does not depend on the rows beside
 //! it.
 
@@ -47,7 +47,7 @@ pub fn project_rows_gemm(
     if super::q8_0::has_integer_kernel()
         && projections
             .iter()
-            .all(|p| matches!(p.weight, WeightRef::Q8_0(_)))
+            .all(|p| matches!(p.weight, WeightRef::Q8_0(_) | WeightRef::Q4_1(_)))
     {
         // The kernel and precision of `project_rows`: the same bits per row.
         return project_rows_at(x, rows, d_in, projections, InputPrecision::Split);
@@ -77,7 +77,7 @@ fn project(
     }
     let widened_len = match p.weight {
         WeightRef::F32(_) => 0,
-        WeightRef::Q8_0(_) | WeightRef::Bf16(_) => out * d_in,
+        WeightRef::Q8_0(_) | WeightRef::Bf16(_) | WeightRef::Q4_1(_) => out * d_in,
     };
     // Buffers of the call's own where the OS refuses the workspace's memory.
     let mut spare: (Vec<f32>, Vec<f32>);
@@ -90,12 +90,8 @@ fn project(
     };
     let weight: &[f32] = match p.weight {
         WeightRef::F32(w) => w,
-        WeightRef::Q8_0(m) => {
-            dequantize(widened, m.cols(), |r, row| m.dequantize_row(r, row));
-            widened
-        }
-        WeightRef::Bf16(m) => {
-            dequantize(widened, m.cols(), |r, row| m.dequantize_row(r, row));
+        packed => {
+            dequantize(widened, d_in, |r, row| packed.widen_row(r, row));
             widened
         }
     };
@@ -184,27 +180,21 @@ mod tests {
 
     #[test]
     fn packed_weights_match_their_widened_values() {
-        use crate::quant::{Bf16Matrix, Q8_0Matrix};
+        use crate::quant::{Bf16Matrix, Q4_1Matrix, Q8_0Matrix};
         let (rows, d_in, out) = (40, 96, 37);
         let x = values(rows * d_in, 0.25);
         let dense = values(out * d_in, 2.0);
         let bias = values(out, 5.0);
         let q8_0 = Q8_0Matrix::quantize(&dense, out, d_in).unwrap();
         let bf16 = Bf16Matrix::from_f32(&dense, out, d_in);
-        let widen = |row: &(dyn Fn(usize, &mut [f32]) + Sync)| {
-            crate::quant::dequantize_rows(out, d_in, |r, values| row(r, values))
-        };
+        let q4_1 = Q4_1Matrix::quantize(&dense, out, d_in).unwrap();
         let cases = [
-            (
-                WeightRef::Q8_0(&q8_0),
-                widen(&|r, v| q8_0.dequantize_row(r, v)),
-            ),
-            (
-                WeightRef::Bf16(&bf16),
-                widen(&|r, v| bf16.dequantize_row(r, v)),
-            ),
+            WeightRef::Q8_0(&q8_0),
+            WeightRef::Bf16(&bf16),
+            WeightRef::Q4_1(&q4_1),
         ];
-        for (weight, widened) in cases {
+        for weight in cases {
+            let widened = crate::quant::dequantize_rows(out, d_in, |r, v| weight.widen_row(r, v));
             let packed = ProjectionRef {
                 weight,
                 bias: Some(&bias),
@@ -217,7 +207,7 @@ mod tests {
             for _ in 0..2 {
                 let got = project_rows_gemm(&x, rows, d_in, &[packed, unpacked]);
                 for (a, b) in got[0].iter().zip(&got[1]) {
-                    // VNNI CPUs take Q8_0 weights on the integer kernel, with 15-bit inputs.
+                    // Integer kernels take Q8_0 and Q4_1 weights, with 15-bit inputs.
                     assert!((a - b).abs() <= 1e-3 * (1.0 + b.abs()), "{a} vs {b}");
                 }
                 workspace::release();
@@ -225,33 +215,40 @@ mod tests {
         }
     }
 
-    /// Where an integer kernel runs, a Q8_0 product gives each row the same bits through this
-    /// entry (prefill, verification of a large batch) as through `project_rows` alone
-    /// (decoding), so that a request's logits and an EAGLE head's drafts do not depend on the
-    /// requests beside it.
+    /// Where an integer kernel runs, a Q8_0 or Q4_1 product gives each row the same bits
+    /// through this entry (prefill, verification of a large batch) as through `project_rows`
+    /// alone (decoding), so that a request's logits and a drafter's drafts do not depend on
+    /// the requests beside it.
     #[test]
-    fn q8_0_rows_get_the_same_bits_alone_and_among_many() {
-        use crate::quant::Q8_0Matrix;
+    fn integer_kernel_rows_get_the_same_bits_alone_and_among_many() {
+        use crate::quant::{Q4_1Matrix, Q8_0Matrix};
         if !super::super::q8_0::has_integer_kernel() {
-            eprintln!("skipped: no integer Q8_0 kernel on this CPU (prefill widens the weights)");
+            eprintln!("skipped: no integer kernel on this CPU (prefill widens the weights)");
             return;
         }
         let (rows, d_in, out) = (40, 96, 37);
         let x = values(rows * d_in, 0.3);
-        let w = Q8_0Matrix::quantize(&values(out * d_in, 1.3), out, d_in).unwrap();
+        let dense = values(out * d_in, 1.3);
+        let q8_0 = Q8_0Matrix::quantize(&dense, out, d_in).unwrap();
+        let q4_1 = Q4_1Matrix::quantize(&dense, out, d_in).unwrap();
         let bias = values(out, 4.0);
-        let p = ProjectionRef {
-            weight: WeightRef::Q8_0(&w),
-            bias: Some(&bias),
-        };
-        let many = project_rows_gemm(&x, rows, d_in, &[p]).remove(0);
-        for (r, got) in many.chunks_exact(out).enumerate() {
-            let alone = project_rows(&x[r * d_in..][..d_in], 1, d_in, &[p]).remove(0);
-            let same = got
-                .iter()
-                .zip(&alone)
-                .all(|(g, a)| g.to_bits() == a.to_bits());
-            assert!(same, "row {r} of {rows} differs from the row alone");
+        for weight in [WeightRef::Q8_0(&q8_0), WeightRef::Q4_1(&q4_1)] {
+            let p = ProjectionRef {
+                weight,
+                bias: Some(&bias),
+            };
+            let many = project_rows_gemm(&x, rows, d_in, &[p]).remove(0);
+            for (r, got) in many.chunks_exact(out).enumerate() {
+                let alone = project_rows(&x[r * d_in..][..d_in], 1, d_in, &[p]).remove(0);
+                let same = got
+                    .iter()
+                    .zip(&alone)
+                    .all(|(g, a)| g.to_bits() == a.to_bits());
+                assert!(
+                    same,
+                    "{weight:?}: row {r} of {rows} differs from the row alone"
+                );
+            }
         }
     }
 }

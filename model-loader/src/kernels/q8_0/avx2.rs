@@ -49,12 +49,9 @@ pub(super) unsafe fn group_dots<const H: usize, const SPLIT: bool>(
             && x.quants.len() == x.rows() * blocks * Q8_0_BLOCK
             && (!SPLIT || x.wide.len() == x.quants.len())
     );
-    let (wq, ws) = (quants.as_ptr(), scales.as_ptr());
+    let wq = quants.as_ptr();
     let inputs = x.quants.as_ptr().wrapping_add(row0 * blocks * Q8_0_BLOCK);
     let wide = x.wide.as_ptr().wrapping_add(row0 * blocks * Q8_0_BLOCK);
-    // Split sums come out with rows 0, 1, 4, 5, 2, 3, 6, 7 in a vector's lanes (module docs):
-    // this permutation puts the scales in that order, and is its own inverse.
-    let order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
     let offset = _mm256_set1_epi8(i8::MIN);
     let ones = _mm256_set1_epi16(1);
     // Per input row, rows 0-7 and 8-15 of the group.
@@ -88,13 +85,7 @@ pub(super) unsafe fn group_dots<const H: usize, const SPLIT: bool>(
                 }
             }
         }
-        // SAFETY: the group holds 16 scales per block.
-        let mut w_scales = unsafe {
-            [0, 8].map(|first| _mm256_cvtph_ps(_mm_loadu_si128(ws.add(b * 16 + first).cast())))
-        };
-        if SPLIT {
-            w_scales = w_scales.map(|scales| _mm256_permutevar8x32_ps(scales, order));
-        }
+        let w_scales = halves::<SPLIT>(&scales[b * Q8_0_GROUP..][..Q8_0_GROUP]);
         for (h, acc) in acc.iter_mut().enumerate() {
             let x_scale = _mm256_set1_ps(x.scales[(row0 + h) * blocks + b]);
             for half in 0..2 {
@@ -104,6 +95,26 @@ pub(super) unsafe fn group_dots<const H: usize, const SPLIT: bool>(
             }
         }
     }
+    // SAFETY: the caller's guarantee for the output.
+    unsafe { store_group::<H, SPLIT>(&acc, group, row0, bias, out) };
+}
+
+/// Writes the accumulators `acc` (per input row, weight rows 0-7 and 8-15 of group `group`;
+/// with `SPLIT`, lanes in the order of [`wide_dots`]) plus the bias to rows `row0..row0 + H`
+/// of `out`, cut at the weight's rows.
+///
+/// # Safety
+/// AVX2 must be available; rows `row0..row0 + H` and the group's columns of `out` must be the
+/// caller's to write.
+#[target_feature(enable = "avx2")]
+pub(in crate::kernels) unsafe fn store_group<const H: usize, const SPLIT: bool>(
+    acc: &[[__m256; 2]; H],
+    group: usize,
+    row0: usize,
+    bias: Option<&[f32]>,
+    out: Output,
+) {
+    let order = split_order();
     let first = group * Q8_0_GROUP;
     let columns = (out.n - first).min(Q8_0_GROUP);
     for (h, acc) in acc.iter().enumerate() {
@@ -120,24 +131,51 @@ pub(super) unsafe fn group_dots<const H: usize, const SPLIT: bool>(
         }
         for (c, &v) in values.iter().enumerate().take(columns) {
             let v = v + bias.map_or(0.0, |bias| bias[first + c]);
-            // SAFETY: row row0 + h, column first + c (inside the weight's rows) is this call's
-            // to write.
+            // SAFETY: row row0 + h, column first + c (inside the weight's rows) is the
+            // caller's to write.
             unsafe { *out.values.add((row0 + h) * out.n + first + c) = v };
         }
     }
 }
 
+/// The 16 `f16` values of `rows` (one per weight row of a group) as `f32`, rows 0-7 and 8-15;
+/// with `SPLIT`, in the lane order of [`wide_dots`]'s sums, to scale them.
+#[target_feature(enable = "avx2,f16c")]
+pub(in crate::kernels) fn halves<const SPLIT: bool>(rows: &[half::f16]) -> [__m256; 2] {
+    assert_eq!(rows.len(), Q8_0_GROUP);
+    // SAFETY: `rows` holds 16 values (asserted).
+    let halves = [0, 8]
+        .map(|first| unsafe { _mm256_cvtph_ps(_mm_loadu_si128(rows.as_ptr().add(first).cast())) });
+    if SPLIT {
+        halves.map(|values| _mm256_permutevar8x32_ps(values, split_order()))
+    } else {
+        halves
+    }
+}
+
+/// The lane permutation between rows 0-7 in order and the order of [`wide_dots`]'s sums (0, 1,
+/// 4, 5, 2, 3, 6, 7); it is its own inverse.
+#[target_feature(enable = "avx2")]
+pub(in crate::kernels) fn split_order() -> __m256i {
+    _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7)
+}
+
 /// Per weight row of `q` (eight rows, four signed bytes each, `magnitude = |q|`), the dot
 /// product of its four bytes with the four input bytes of `four`, as one `i32` each.
 #[target_feature(enable = "avx2")]
-fn byte_dots(magnitude: __m256i, q: __m256i, four: i32, ones: __m256i) -> __m256i {
+pub(in crate::kernels) fn byte_dots(
+    magnitude: __m256i,
+    q: __m256i,
+    four: i32,
+    ones: __m256i,
+) -> __m256i {
     let signed = _mm256_sign_epi8(_mm256_set1_epi32(four), q);
     _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude, signed), ones)
 }
 
 /// The weight bytes of `q` (eight rows, four signed bytes each) as `i16`: rows 0-3, rows 4-7.
 #[target_feature(enable = "avx2")]
-fn widen(q: __m256i) -> [__m256i; 2] {
+pub(in crate::kernels) fn widen(q: __m256i) -> [__m256i; 2] {
     [
         _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q)),
         _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(q)),
@@ -148,7 +186,7 @@ fn widen(q: __m256i) -> [__m256i; 2] {
 /// four `i16` inputs repeated in `four`, as one `i32` each, rows in the order 0, 1, 4, 5, 2, 3,
 /// 6, 7.
 #[target_feature(enable = "avx2")]
-fn wide_dots(rows: [__m256i; 2], four: __m256i) -> __m256i {
+pub(in crate::kernels) fn wide_dots(rows: [__m256i; 2], four: __m256i) -> __m256i {
     _mm256_hadd_epi32(
         _mm256_madd_epi16(rows[0], four),
         _mm256_madd_epi16(rows[1], four),

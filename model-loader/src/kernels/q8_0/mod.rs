@@ -20,7 +20,7 @@
 //! input block's scale, with no horizontal sum: the 16 lanes are 16 outputs.
 
 #[cfg(target_arch = "x86_64")]
-mod avx2;
+pub(in crate::kernels) mod avx2;
 mod inputs;
 
 use crate::quant::{Q8_0Matrix, Q8_0_BLOCK, Q8_0_GROUP};
@@ -31,7 +31,8 @@ pub use inputs::{InputPrecision, QuantizedRows};
 /// still leave registers for the weights and scales.
 const MAX_ROWS_PER_CALL: usize = 6;
 
-/// Where [`project_groups`] writes: `[rows, n]` row-major, `n` the weight's rows.
+/// Where [`project_groups`] (and the Q4_1 kernel's) writes: `[rows, n]` row-major, `n` the
+/// weight's rows.
 #[derive(Clone, Copy)]
 pub(super) struct Output {
     /// The first value.
@@ -143,7 +144,7 @@ unsafe fn portable_group_dots(
 
 /// Whether products with Q8_0 weights run on an integer kernel (AVX-512 VNNI, or AVX2) rather
 /// than its portable twin.
-pub(super) fn has_integer_kernel() -> bool {
+pub(in crate::kernels) fn has_integer_kernel() -> bool {
     #[cfg(target_arch = "x86_64")]
     return has_vnni() || crate::kernels::has_avx2();
     #[cfg(not(target_arch = "x86_64"))]
@@ -152,7 +153,7 @@ pub(super) fn has_integer_kernel() -> bool {
 
 /// Whether split inputs are multiplied as 16-bit values (the AVX2 kernel, where VNNI is
 /// missing) rather than as two byte planes.
-pub(super) fn wants_wide_inputs() -> bool {
+pub(in crate::kernels) fn wants_wide_inputs() -> bool {
     #[cfg(target_arch = "x86_64")]
     return !has_vnni() && crate::kernels::has_avx2();
     #[cfg(not(target_arch = "x86_64"))]
@@ -161,7 +162,7 @@ pub(super) fn wants_wide_inputs() -> bool {
 
 /// Whether the CPU has what the VNNI kernel uses (checked once).
 #[cfg(target_arch = "x86_64")]
-pub(super) fn has_vnni() -> bool {
+pub(in crate::kernels) fn has_vnni() -> bool {
     use std::sync::OnceLock;
     static HAS: OnceLock<bool> = OnceLock::new();
     *HAS.get_or_init(|| {
@@ -194,10 +195,10 @@ macro_rules! dispatch_rows {
         }
     };
 }
-use dispatch_rows;
+pub(in crate::kernels) use dispatch_rows;
 
 #[cfg(target_arch = "x86_64")]
-mod avx512 {
+pub(in crate::kernels) mod avx512 {
     use super::{Output, QuantizedRows};
     use crate::quant::{Q8_0Matrix, Q8_0_BLOCK, Q8_0_GROUP};
     use std::arch::x86_64::*;
@@ -288,6 +289,24 @@ mod avx512 {
                 acc[h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ints), both, acc[h]);
             }
         }
+        // SAFETY: the caller's guarantee for the output.
+        unsafe { store_group(&acc, group, row0, bias, out) };
+    }
+
+    /// Writes the accumulators `acc` (per input row, the 16 weight rows of group `group`) plus
+    /// the bias to rows `row0..row0 + H` of `out`, cut at the weight's rows.
+    ///
+    /// # Safety
+    /// AVX-512 F must be available; rows `row0..row0 + H` and the group's columns of `out`
+    /// must be the caller's to write.
+    #[target_feature(enable = "avx512f")]
+    pub(in crate::kernels) unsafe fn store_group<const H: usize>(
+        acc: &[__m512; H],
+        group: usize,
+        row0: usize,
+        bias: Option<&[f32]>,
+        out: Output,
+    ) {
         let first = group * Q8_0_GROUP;
         let mask = crate::kernels::tail_mask(out.n - first);
         let bias = match bias {
@@ -296,8 +315,8 @@ mod avx512 {
             None => _mm512_setzero_ps(),
         };
         for (h, acc) in acc.iter().enumerate() {
-            // SAFETY: row row0 + h, columns first.. (masked to the weight's rows) are this
-            // call's to write.
+            // SAFETY: row row0 + h, columns first.. (masked to the weight's rows) are the
+            // caller's to write.
             unsafe {
                 _mm512_mask_storeu_ps(
                     out.values.add((row0 + h) * out.n + first),
@@ -389,10 +408,9 @@ mod tests {
             let x = rng.vec(rows * cols, -2.0, 2.0);
             let bias = rng.vec(n, -1.0, 1.0);
             for precision in [InputPrecision::Byte, InputPrecision::Split] {
-                let q = QuantizedRows::new(&x, rows, cols, precision);
-                // Split inputs reach the AVX2 kernel as 16-bit values, made where it runs.
-                let avx2 = crate::kernels::has_avx2()
-                    && (precision == InputPrecision::Byte || wants_wide_inputs());
+                // Split inputs carry their 16-bit values for the AVX2 kernel here too.
+                let q = QuantizedRows::new(&x, rows, cols, precision).with_wide_values();
+                let avx2 = crate::kernels::has_avx2();
                 let kernels = [Kernel::Dispatched, Kernel::Portable, Kernel::Avx2];
                 for kernel in kernels.into_iter().filter(|&k| k != Kernel::Avx2 || avx2) {
                     let out = outputs(&w, &q, &bias, kernel);

@@ -44,20 +44,20 @@ const SPLIT_LIMIT: i32 = 127 * 128;
 #[derive(Debug, Clone)]
 pub struct QuantizedRows {
     /// Blocks per row.
-    pub(super) blocks: usize,
+    pub(in crate::kernels) blocks: usize,
     /// How the values are kept.
-    pub(super) precision: InputPrecision,
+    pub(in crate::kernels) precision: InputPrecision,
     /// `[rows, d_in]`: the values ([`InputPrecision::Byte`]) or their high parts.
-    pub(super) quants: Vec<i8>,
+    pub(in crate::kernels) quants: Vec<i8>,
     /// `[rows, d_in]` low parts ([`InputPrecision::Split`]); empty for bytes.
-    pub(super) low: Vec<i8>,
+    pub(in crate::kernels) low: Vec<i8>,
     /// `[rows, d_in]` whole values `v` as `i16` ([`InputPrecision::Split`] on CPUs whose kernel
     /// multiplies 16-bit inputs: AVX2 without VNNI); empty otherwise.
-    pub(super) wide: Vec<i16>,
+    pub(in crate::kernels) wide: Vec<i16>,
     /// `[rows, blocks]`: `-128 · Σ v` over the block, which cancels the weights' offset.
-    pub(super) offsets: Vec<i32>,
+    pub(in crate::kernels) offsets: Vec<i32>,
     /// `[rows, blocks]`: the blocks' scales.
-    pub(super) scales: Vec<f32>,
+    pub(in crate::kernels) scales: Vec<f32>,
 }
 
 impl QuantizedRows {
@@ -90,11 +90,7 @@ impl QuantizedRows {
             quantize_row(row, precision, row_out);
         }
         let wide = if split && super::wants_wide_inputs() {
-            quants
-                .iter()
-                .zip(&low)
-                .map(|(&high, &low)| 128 * i16::from(high) + i16::from(low))
-                .collect()
+            wide_values(&quants, &low)
         } else {
             Vec::new()
         };
@@ -109,19 +105,37 @@ impl QuantizedRows {
         }
     }
 
+    /// The rows with their split values also as `i16`, as the AVX2 kernels read them, on any
+    /// CPU (tests run those kernels where VNNI would be chosen).
+    #[cfg(test)]
+    pub(in crate::kernels) fn with_wide_values(mut self) -> Self {
+        if self.precision == InputPrecision::Split {
+            self.wide = wide_values(&self.quants, &self.low);
+        }
+        self
+    }
+
     /// Input rows.
-    pub(super) fn rows(&self) -> usize {
+    pub(in crate::kernels) fn rows(&self) -> usize {
         self.offsets.len() / self.blocks.max(1)
     }
 
     /// The integer value `c` of block `b` of row `r` (`v`, whatever the precision).
-    pub(super) fn value(&self, r: usize, b: usize, c: usize) -> i32 {
+    pub(in crate::kernels) fn value(&self, r: usize, b: usize, c: usize) -> i32 {
         let at = (r * self.blocks + b) * Q8_0_BLOCK + c;
         match self.precision {
             InputPrecision::Byte => i32::from(self.quants[at]),
             InputPrecision::Split => 128 * i32::from(self.quants[at]) + i32::from(self.low[at]),
         }
     }
+}
+
+/// Split values `128 · high + low` as `i16`.
+fn wide_values(high: &[i8], low: &[i8]) -> Vec<i16> {
+    high.iter()
+        .zip(low)
+        .map(|(&high, &low)| 128 * i16::from(high) + i16::from(low))
+        .collect()
 }
 
 /// Where one row's blocks are written.
