@@ -1,7 +1,7 @@
 //! Speculative decoding at temperature 0 (on the CPU unless `--device` says otherwise; `--dtype
-//! q8_0` or `bf16` for packed target weights): baseline tokens/s, then n-gram, EAGLE-1,
+//! q8_0`, `bf16` or `q4_1` for packed target weights): baseline tokens/s, then n-gram, EAGLE-1,
 //! (with a shipped or given head) EAGLE-3 and draft-model drafting (the target itself with
-//! Q8_0 weights on the CPU, or `--draft-model DIR`) with a fixed k (tokens/s, mean acceptance
+//! Q4_1 weights on the CPU, or `--draft-model DIR`) with a fixed k (tokens/s, mean acceptance
 //! length, speedup, the drafter's mean time per engine step), and the cost of one verification
 //! step of k + 1 rows relative to a one-row decode step, which decides whether speculation can
 //! pay here. Then the adaptive draft length of every drafter at several numbers of requests in

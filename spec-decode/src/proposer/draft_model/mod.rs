@@ -1,7 +1,8 @@
 //! [`DraftModelProposer`]: chains of draft tokens from a separate language model that shares
 //! the target's vocabulary, the speculative decoding of Leviathan et al. and Chen et al.: a
-//! smaller model of the same family, or the target itself with narrower weights (a Q8_0 copy
-//! of an `f32` target agrees with it on nearly every greedy token at a fraction of its cost).
+//! smaller model of the same family, or the target itself with narrower weights (a Q4_1 or
+//! Q8_0 copy of an `f32` target agrees with it on nearly every greedy token at a fraction of
+//! its cost).
 //!
 //! The proposer remembers the tokens whose rows each request's slot of the draft KV cache
 //! holds, its own drafts included. Each call, for every request that drafts:
