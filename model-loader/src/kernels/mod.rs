@@ -68,6 +68,8 @@ mod bf16;
 pub mod exp;
 pub mod gemm;
 pub mod gemv;
+#[cfg(test)]
+mod group_kernel_tests;
 pub mod norm;
 mod q4_1;
 mod q8_0;

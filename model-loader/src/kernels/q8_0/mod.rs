@@ -331,72 +331,12 @@ pub(in crate::kernels) mod avx512 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::group_kernel_tests::{
+        check_against_reference, impl_group_weights, outputs, Kernel,
+    };
     use crate::kernels::test_util::Lcg;
 
-    /// Σ over blocks of d_w · d_x · Σ q_w v_x in f64, with row `r`'s quantized values.
-    fn reference(w: &Q8_0Matrix, c: usize, x: &QuantizedRows, r: usize) -> f64 {
-        let mut row = vec![0.0; w.cols()];
-        w.dequantize_row(c, &mut row);
-        row.chunks_exact(Q8_0_BLOCK)
-            .enumerate()
-            .map(|(b, wb)| {
-                let d = f64::from(x.scales[r * x.blocks + b]);
-                wb.iter()
-                    .enumerate()
-                    .map(|(k, &w)| f64::from(w) * f64::from(x.value(r, b, k)) * d)
-                    .sum::<f64>()
-            })
-            .sum()
-    }
-
-    /// Which kernel a test runs.
-    #[derive(Clone, Copy, Debug, PartialEq)]
-    enum Kernel {
-        /// [`project_groups`], the CPU's best.
-        Dispatched,
-        /// The AVX2 kernel, even where AVX-512 VNNI is there (byte inputs only there).
-        Avx2,
-        /// The portable twin.
-        Portable,
-    }
-
-    /// Every group's outputs by `kernel`.
-    fn outputs(w: &Q8_0Matrix, x: &QuantizedRows, bias: &[f32], kernel: Kernel) -> Vec<f32> {
-        let mut out = vec![f32::NAN; x.rows() * w.rows()];
-        let output = Output {
-            values: out.as_mut_ptr(),
-            n: w.rows(),
-        };
-        for group in 0..w.groups() {
-            // SAFETY: `out` is [rows, n] and only this call writes it; the AVX2 kernel runs
-            // only where the CPU has AVX2, FMA and F16C, one input row at a time.
-            unsafe {
-                match kernel {
-                    Kernel::Dispatched => {
-                        project_groups(w, group..group + 1, x, Some(bias), output)
-                    }
-                    Kernel::Portable => {
-                        portable_group_dots(w, group, x, 0..x.rows(), Some(bias), output)
-                    }
-                    #[cfg(target_arch = "x86_64")]
-                    Kernel::Avx2 => {
-                        assert!(crate::kernels::has_avx2());
-                        for row in 0..x.rows() {
-                            dispatch_rows!(
-                                x.precision,
-                                1,
-                                [1],
-                                avx2::group_dots(w, group, x, row, Some(bias), output)
-                            );
-                        }
-                    }
-                    #[cfg(not(target_arch = "x86_64"))]
-                    Kernel::Avx2 => unreachable!("no AVX2 off x86-64"),
-                }
-            }
-        }
-        out
-    }
+    impl_group_weights!(Q8_0Matrix);
 
     #[test]
     fn groups_match_a_reference() {
@@ -405,27 +345,7 @@ mod tests {
         for (cols, n, rows) in [(64, 37, 9), (96, 16, 1), (576, 20, 4), (32, 5, 17)] {
             let weights = rng.vec(n * cols, -1.0, 1.0);
             let w = Q8_0Matrix::quantize(&weights, n, cols).unwrap();
-            let x = rng.vec(rows * cols, -2.0, 2.0);
-            let bias = rng.vec(n, -1.0, 1.0);
-            for precision in [InputPrecision::Byte, InputPrecision::Split] {
-                // Split inputs carry their 16-bit values for the AVX2 kernel here too.
-                let q = QuantizedRows::new(&x, rows, cols, precision).with_wide_values();
-                let avx2 = crate::kernels::has_avx2();
-                let kernels = [Kernel::Dispatched, Kernel::Portable, Kernel::Avx2];
-                for kernel in kernels.into_iter().filter(|&k| k != Kernel::Avx2 || avx2) {
-                    let out = outputs(&w, &q, &bias, kernel);
-                    for r in 0..rows {
-                        for c in 0..n {
-                            let want = reference(&w, c, &q, r) + f64::from(bias[c]);
-                            let got = f64::from(out[r * n + c]);
-                            assert!(
-                                (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
-                                "{kernel:?} {precision:?}, {cols} cols, row {r}, column {c}: {got} vs {want}"
-                            );
-                        }
-                    }
-                }
-            }
+            check_against_reference(&w, rows, &mut rng);
         }
     }
 
