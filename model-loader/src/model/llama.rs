@@ -243,14 +243,15 @@ impl<B: KernelBackend> LlamaModel<B> {
     }
 
     /// A copy of the model sharing every weight but the lm_head, which it holds packed in
-    /// `format` where the backend's kernels read packed weights (elsewhere, and where the
+    /// `format`'s table format ([`WeightFormat::table_format`]: Q8_0 for Q4_1) where the
+    /// backend's kernels read packed weights (elsewhere, and where the
     /// lm_head already is in `format`, the copy is the model). Meant for a drafter that runs
     /// the target's lm_head once per draft token: in Q8_0 it reads a quarter of the bytes of an
     /// `f32` lm_head. A model without a float embedding table embeds from the repacked table.
     pub fn with_lm_head_packed(&self, format: WeightFormat) -> Self {
         let mut copy = self.clone();
         if B::PACKED_WEIGHTS {
-            copy.lm_head = self.lm_head.packed_as(format);
+            copy.lm_head = self.lm_head.packed_as(format.table_format());
             copy.packed_bytes =
                 self.packed_bytes - self.lm_head.packed_bytes() + copy.lm_head.packed_bytes();
             copy.table_is_lm_head &= copy.lm_head.packed_weight().is_none();

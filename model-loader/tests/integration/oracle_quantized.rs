@@ -174,3 +174,17 @@ fn the_imported_layers_quantize_back_to_their_q4_1_blocks() {
         }
     }
 }
+
+#[test]
+fn a_drafters_lm_head_in_q4_1_is_kept_in_q8_0() {
+    let Some(dir) = aquila_testdata::real_model_dir() else {
+        return;
+    };
+    let model =
+        LlamaModel::<Flex>::load_in_format(&dir, WeightFormat::F32, &Default::default()).unwrap();
+    let bytes = |format| model.with_lm_head_packed(format).weight_bytes();
+    let q8_0 = bytes(WeightFormat::Q8_0);
+    // The copy's packed lm_head is counted beside the f32 table, at its format's size.
+    assert!(bytes(WeightFormat::Bf16) > q8_0);
+    assert_eq!(bytes(WeightFormat::Q4_1), q8_0);
+}

@@ -120,7 +120,10 @@ impl<B: KernelBackend> Eagle3Head<B> {
             .map(|i| DecoderLayer::load(&mut loader, &format!("layers.{i}"), &later))
             .collect();
         let norm = load_rms_norm(&mut loader, "norm.weight", hidden, eps);
-        let lm_head = own_lm_head.then(|| loader.linear("lm_head", hidden, draft_vocab, false));
+        // A vocabulary projection, stored in the format's table format (Q8_0 beside Q4_1).
+        let table = loader.storage().for_table();
+        let lm_head =
+            own_lm_head.then(|| loader.linear_stored("lm_head", hidden, draft_vocab, false, table));
         let embed_tokens = own_embedding.then(|| loader.take(EMBED_TOKENS, [vocab, hidden]));
         let mapping = read_vocab_mapping(&mut loader, draft_vocab, vocab);
         loader.finish()?;
