@@ -16,7 +16,11 @@
 //! against the tokens per second drafting steps actually delivered (a step whose drafting call
 //! asked for drafts counts as drafting, whatever its gated chains kept, unless that call cost
 //! next to nothing and drafted no token), and stops drafting at batch sizes where it delivered
-//! clearly less than plain decoding.
+//! clearly less than plain decoding. While nobody drafts (more requests run than
+//! `disable_by_batch_size`, or the guard's verdict holds), the plan says drafting is suspended
+//! ([`DraftPlan::suspended`]): a draft model then leaves the rows of the pause until its
+//! requests draft again, and the drafting call that ends the pause, which may take them all
+//! in, is neither priced nor charged to the guard.
 //!
 //! A drafter that reports its confidence in each token (EAGLE chains, n-gram lookups) is gated
 //! per token unless a minimum draft length is set: once the policy's [`ConfidenceCalibration`]
@@ -88,6 +92,11 @@ pub(crate) struct DraftPlan {
     pub gated: Vec<bool>,
     /// The thresholds of gated chains; `None` when no chain is gated.
     pub thresholds: Option<StopThresholds>,
+    /// Whether drafting is suspended for every request until further notice (more requests
+    /// run than the batch-size limit, or the goodput guard stopped drafting at this batch size
+    /// until its next exploration), so that a proposer may leave the rows of the pause for
+    /// later.
+    pub suspended: bool,
 }
 
 impl DraftPlan {
@@ -96,6 +105,14 @@ impl DraftPlan {
             gated: vec![false; lengths.len()],
             lengths,
             thresholds: None,
+            suspended: false,
+        }
+    }
+
+    fn suspended(candidates: usize) -> Self {
+        Self {
+            suspended: true,
+            ..Self::ungated(vec![0; candidates])
         }
     }
 }
@@ -116,6 +133,12 @@ pub(crate) struct DraftPolicy {
     /// that the guard charges the step verifying its drafts to drafting even where a gated
     /// chain drafted nothing; false after a free call that drafted nothing.
     asked: bool,
+    /// Whether the last plan suspended drafting ([`DraftPlan::suspended`]).
+    suspended: bool,
+    /// Whether the last drafting call was the first after a suspension: a proposer may have
+    /// taken in every row of the pause in it, so its seconds say nothing of what drafting
+    /// costs and are neither priced nor charged to the step that verifies its drafts.
+    resumed: bool,
 }
 
 impl DraftPolicy {
@@ -136,6 +159,8 @@ impl DraftPolicy {
             guard: GoodputGuard::default(),
             calibration: ConfidenceCalibration::new(),
             asked: false,
+            suspended: false,
+            resumed: false,
         }
     }
 
@@ -204,8 +229,13 @@ impl DraftPolicy {
     /// it as such: its plain rate is then measured without stopping anyone's drafts, and its
     /// drafting rate describes the steps that verified drafts.
     pub fn observe_step(&mut self, timing: &StepTiming) {
-        self.costs.observe(timing);
-        self.guard.observe_draft_call(timing.draft.as_secs_f64());
+        if self.resumed {
+            self.costs.observe_without_drafting(timing);
+            self.guard.discard_draft_call();
+        } else {
+            self.costs.observe(timing);
+            self.guard.observe_draft_call(timing.draft.as_secs_f64());
+        }
         if timing.draft_tokens == 0 && self.drafting_is_free() {
             self.asked = false;
         }
@@ -239,6 +269,8 @@ impl DraftPolicy {
         candidates: &mut [DraftCandidate<'_>],
     ) -> DraftPlan {
         let plan = self.plan(num_running, other_rows, candidates);
+        self.resumed = self.suspended && !plan.suspended;
+        self.suspended = plan.suspended;
         self.asked = plan.lengths.iter().any(|&n| n > 0);
         plan
     }
@@ -251,7 +283,7 @@ impl DraftPolicy {
         candidates: &mut [DraftCandidate<'_>],
     ) -> DraftPlan {
         if self.max_batch.is_some_and(|limit| num_running > limit) {
-            return DraftPlan::ungated(vec![0; candidates.len()]);
+            return DraftPlan::suspended(candidates.len());
         }
         let min_draft_tokens = match self.length {
             DraftLength::Fixed => {
@@ -268,6 +300,10 @@ impl DraftPolicy {
             _ => None,
         };
         if self.guard.allowance(num_running, sole) == Allowance::Plain {
+            // Until the guard's next exploration nobody drafts, unless a minimum is set.
+            if min_draft_tokens == 0 {
+                return DraftPlan::suspended(candidates.len());
+            }
             return DraftPlan::ungated(
                 candidates
                     .iter()
@@ -325,6 +361,7 @@ impl DraftPolicy {
             lengths,
             gated,
             thresholds,
+            suspended: false,
         }
     }
 
@@ -668,7 +705,51 @@ mod tests {
         let plan = fixed.choose(running, 0, &mut candidates);
         assert_eq!(plan, DraftPlan::ungated(vec![3, 1]));
         let plan = fixed.choose(running + 1, 0, &mut candidates);
-        assert_eq!(plan, DraftPlan::ungated(vec![0, 0]));
+        assert_eq!(plan, DraftPlan::suspended(2));
+    }
+
+    #[test]
+    fn the_call_that_ends_a_suspension_is_not_priced_as_drafting() {
+        let mut policy = DraftPolicy::new(DraftLength::Fixed, Some(1), 3, 3);
+        measured(&mut policy, 25.0, 8, 3.0);
+        drafting_costs(&mut policy, 2, 40);
+        let price = policy.costs.draft(1, 1);
+        let mut estimates = estimates(2, &[0.5; 3]);
+        assert!(plan_all(&mut policy, &mut estimates, 3).suspended);
+        // One request left: it drafts again, and its first call takes in the pause's rows.
+        let plan = plan_all(&mut policy, &mut estimates[..1], 3);
+        assert_eq!((plan.lengths, plan.suspended), (vec![3], false));
+        drafting_costs(&mut policy, 500, 1);
+        assert_eq!(policy.costs.draft(1, 1), price);
+        // The calls after it are priced.
+        plan_all(&mut policy, &mut estimates[..1], 3);
+        drafting_costs(&mut policy, 500, 1);
+        assert!(policy.costs.draft(1, 1) > price);
+    }
+
+    #[test]
+    fn a_verdict_against_drafting_suspends_it_until_the_guards_next_exploration() {
+        let mut policy = DraftPolicy::new(ADAPTIVE, None, 3, 3);
+        measured(&mut policy, 25.0, 8, 3.0);
+        let mut four = estimates(4, &[0.95; 3]);
+        // Drafting steps deliver the plain steps' 4 tokens in eight times their time.
+        let mut plans = Vec::new();
+        let mut drafted = false;
+        for _ in 0..200 {
+            policy.observe_decode(Some(&DecodeStep {
+                num_running: 4,
+                tokens: 4,
+                seconds: if drafted { 0.2 } else { 0.025 },
+            }));
+            let plan = plan_all(&mut policy, &mut four, 3);
+            drafted = plan.lengths.iter().any(|&n| n > 0);
+            assert!(!(drafted && plan.suspended), "{plan:?}");
+            plans.push(plan.suspended);
+        }
+        let suspended = plans.iter().filter(|&&s| s).count();
+        assert!(suspended > 150, "{suspended} of 200 steps suspended");
+        let explorations = plans.windows(2).filter(|w| w[0] && !w[1]).count();
+        assert!(explorations >= 2, "{plans:?}");
     }
 
     #[test]

@@ -756,6 +756,7 @@ impl<B: KernelBackend> Speculation<B> {
                     stop: stop.filter(|_| gated),
                     temperature: entry.request.sampling.params.temperature,
                     seed: entry.request.sampling.seed,
+                    drafting_suspended: plan.suspended,
                 }
             })
             .collect();

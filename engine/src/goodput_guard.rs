@@ -343,6 +343,9 @@ pub(crate) struct GoodputGuard {
     by_batch: HashMap<usize, BatchRates>,
     /// Seconds of the last drafting call, charged to the step that verifies its drafts.
     pending_draft_seconds: f64,
+    /// Whether the step that verifies the last drafting call's drafts goes unmeasured
+    /// ([`GoodputGuard::discard_draft_call`]).
+    discard_next_decode: bool,
 }
 
 impl GoodputGuard {
@@ -382,6 +385,10 @@ impl GoodputGuard {
     /// token, and the call that drafted nothing is still a cost of drafting (the policy passes
     /// `false` after a call that cost next to nothing and drafted nothing).
     pub fn observe_decode(&mut self, step: &DecodeStep, drafted: bool) {
+        if std::mem::take(&mut self.discard_next_decode) {
+            self.pending_draft_seconds = 0.0;
+            return;
+        }
         let seconds = step.seconds + std::mem::take(&mut self.pending_draft_seconds);
         if !seconds.is_finite() || seconds <= 0.0 {
             return;
@@ -399,6 +406,15 @@ impl GoodputGuard {
     /// chunk or a mixed batch, which the guard does not measure).
     pub fn skip_step(&mut self) {
         self.pending_draft_seconds = 0.0;
+        self.discard_next_decode = false;
+    }
+
+    /// Forgets the drafting call just made and leaves the step that verifies its drafts
+    /// unmeasured: a call whose cost is not drafting's (the first after a suspension, which
+    /// may take in every row of the pause).
+    pub fn discard_draft_call(&mut self) {
+        self.pending_draft_seconds = 0.0;
+        self.discard_next_decode = true;
     }
 }
 
@@ -514,6 +530,28 @@ mod tests {
             );
         }
         drafted
+    }
+
+    #[test]
+    fn a_discarded_drafting_call_leaves_its_step_unmeasured() {
+        let mut guard = GoodputGuard::default();
+        run(&mut guard, 2, 40, BATCH_OF_8);
+        let before = guard.clone();
+        guard.discard_draft_call();
+        let slow = DecodeStep {
+            num_running: 2,
+            tokens: 1,
+            seconds: 30.0,
+        };
+        guard.observe_decode(&slow, true);
+        assert_eq!(
+            guard, before,
+            "the step after a discarded call counts nowhere"
+        );
+        // The next call is charged again.
+        guard.observe_draft_call(30.0);
+        guard.observe_decode(&slow, true);
+        assert_ne!(guard, before);
     }
 
     /// 8 requests: drafting emits 11 tokens in 0.2 s, plain decoding 8 in 0.1 s.

@@ -329,8 +329,8 @@ fn draft_model_proposer<B: KernelBackend>(
         .no_grad();
     B::back_with_huge_pages(&model);
     let config = DraftModelProposerConfig {
-        num_speculative_tokens: k,
         sampling: draft_sampling(drafter.draft_pick),
+        ..DraftModelProposerConfig::greedy(k)
     };
     DraftModelProposer::new(model, target.config(), config, max_num_seqs)
         .map_err(|e| draft_error(e.to_string()))
@@ -374,6 +374,7 @@ mod tests {
             stop: None,
             temperature: 0.0,
             seed: 0,
+            drafting_suspended: false,
         }
     }
 

@@ -281,13 +281,6 @@ pub(crate) struct StepCosts {
 impl StepCosts {
     /// Takes in one step's timings.
     pub fn observe(&mut self, timing: &StepTiming) {
-        if timing.rows > 0 {
-            let seconds = timing.forward.as_secs_f64();
-            self.any_forward.observe(timing.rows, seconds);
-            if timing.decode_rows_only {
-                self.forward.observe(timing.rows, seconds);
-            }
-        }
         // The drafting call after a step with prefill work also takes in the prompt's rows (a
         // draft model runs them all), which says nothing of what drafting costs.
         if timing.decode_rows_only {
@@ -296,6 +289,18 @@ impl StepCosts {
                 timing.draft_tokens,
                 timing.draft.as_secs_f64(),
             );
+        }
+        self.observe_without_drafting(timing);
+    }
+
+    /// Takes in one step's timings but its drafting call's, whose cost is not drafting's.
+    pub fn observe_without_drafting(&mut self, timing: &StepTiming) {
+        if timing.rows > 0 {
+            let seconds = timing.forward.as_secs_f64();
+            self.any_forward.observe(timing.rows, seconds);
+            if timing.decode_rows_only {
+                self.forward.observe(timing.rows, seconds);
+            }
         }
         let other = timing.other.as_secs_f64();
         match &mut self.other {

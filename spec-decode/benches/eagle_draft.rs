@@ -60,6 +60,7 @@ impl Requests {
                 stop: None,
                 temperature: 0.0,
                 seed: 0,
+                drafting_suspended: false,
             });
         }
         requests

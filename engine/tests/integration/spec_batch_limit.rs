@@ -1,10 +1,13 @@
 //! `disable_by_batch_size`: requests decode without drafts while more requests than the limit
 //! run, speculate once the batch has shrunk to the limit, and stay lossless throughout, with a
-//! fixed or an adaptive draft length.
+//! fixed or an adaptive draft length; a draft model takes in the rows of the pause when its
+//! request drafts again.
 
 use crate::common;
 
-use aquila_engine::{DraftLength, Llm, SpeculativeConfig};
+use aquila_engine::{
+    DraftLength, DraftModelDrafter, Llm, SpeculativeConfig, SpeculativeMethod, WeightFormat,
+};
 use common::spec::{eagle1_head, prompt_ids, run, with_speculative};
 use common::{config, greedy, tiny_model, token_ids, PROMPTS};
 
@@ -53,5 +56,37 @@ fn speculation_waits_until_the_batch_shrinks_to_the_limit() {
         adaptive[..2],
         [0, 0],
         "the limit bounds the adaptive policy too"
+    );
+}
+
+#[test]
+fn a_draft_model_takes_in_the_pause_when_its_request_drafts_again() {
+    let model = tiny_model();
+    let mut plain = Llm::new(config(model.path())).unwrap();
+    let prompts = prompt_ids(&plain, &PROMPTS[..3]);
+    let params = [greedy(SHORT), greedy(SHORT), greedy(LONG)];
+    let baseline = token_ids(&run(&mut plain, &prompts, &params));
+    // The target drafting for itself: every draft is accepted only if the draft model's cache
+    // holds the request's whole context, the rows decoded during the pause included.
+    let drafter = DraftModelDrafter {
+        weights: Some(WeightFormat::F32),
+        ..DraftModelDrafter::new(model.path())
+    };
+    let mut settings = SpeculativeConfig::new(SpeculativeMethod::DraftModel(drafter), K);
+    settings.draft_length = DraftLength::Fixed;
+    settings.disable_by_batch_size = Some(1);
+    let mut llm = Llm::new(with_speculative(config(model.path()), settings)).unwrap();
+    let outputs = run(&mut llm, &prompts, &params);
+    assert_eq!(token_ids(&outputs), baseline);
+    let metrics = &outputs[2].metrics;
+    assert_eq!(
+        (outputs[0].metrics.num_drafts, outputs[1].metrics.num_drafts),
+        (0, 0)
+    );
+    // Only the last round may draft past the request's end.
+    assert!(metrics.num_draft_tokens > 2 * K, "{metrics:?}");
+    assert!(
+        metrics.num_draft_tokens - metrics.num_accepted_tokens < K,
+        "{metrics:?}"
     );
 }

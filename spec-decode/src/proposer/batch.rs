@@ -41,6 +41,14 @@ pub struct ProposeRequest<'a> {
     /// temperature derives its stream for the request from it, so that a seeded request drafts
     /// alike whatever else runs beside it.
     pub seed: u64,
+    /// Whether drafting is suspended for this request until further notice (too many
+    /// requests run for drafts to pay), rather than skipped for a step or a few (a request
+    /// the draft policy probes now and then). A proposer that can take committed rows in
+    /// whenever it drafts again (a draft model, which needs only the tokens) leaves them for
+    /// that call instead of spending on them now; a proposer that must read each row's
+    /// features when they are tapped takes them in as always. Meaningful only with
+    /// `max_draft_tokens` 0.
+    pub drafting_suspended: bool,
 }
 
 impl<'a> ProposeRequest<'a> {
@@ -147,6 +155,7 @@ mod tests {
             stop: None,
             temperature: 0.0,
             seed: 0,
+            drafting_suspended: false,
         }
     }
 

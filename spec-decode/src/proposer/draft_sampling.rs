@@ -93,6 +93,7 @@ mod tests {
             stop: None,
             temperature: 1.0,
             seed,
+            drafting_suspended: false,
         }
     }
 

@@ -213,6 +213,7 @@ mod tests {
             stop: None,
             temperature: 0.0,
             seed: 0,
+            drafting_suspended: false,
         }
     }
 

@@ -31,6 +31,7 @@
 //!     stop: None,
 //!     temperature: 0.0,
 //!     seed: 0,
+//!     drafting_suspended: false,
 //! }];
 //! let drafts = Proposer::<()>::draft(&mut proposer, &ProposeBatch::without_features(&requests))?;
 //! assert_eq!(drafts[0].as_chain().unwrap().tokens, vec![7, 5]);
@@ -61,7 +62,9 @@ pub use batch::{ProposeBatch, ProposeRequest};
 pub use chain_stop::{ChainStep, ChainStop, ConfidenceCalibration};
 pub use draft::{ChainDraft, Draft, DroppedToken};
 #[cfg(feature = "burn")]
-pub use draft_model::{DraftModelError, DraftModelProposer, DraftModelProposerConfig};
+pub use draft_model::{
+    DraftModelError, DraftModelProposer, DraftModelProposerConfig, DEFAULT_MAX_CATCH_UP_ROWS,
+};
 #[cfg(feature = "burn")]
 pub use draft_sampling::DraftSampling;
 #[cfg(feature = "burn")]

@@ -94,6 +94,7 @@ mod tests {
                 stop: None,
                 temperature: 0.0,
                 seed: 0,
+                drafting_suspended: false,
             },
             ProposeRequest {
                 request_id: 2,
@@ -104,6 +105,7 @@ mod tests {
                 stop: None,
                 temperature: 0.0,
                 seed: 0,
+                drafting_suspended: false,
             },
             ProposeRequest {
                 request_id: 3,
@@ -114,6 +116,7 @@ mod tests {
                 stop: None,
                 temperature: 0.0,
                 seed: 0,
+                drafting_suspended: false,
             },
         ];
         let drafts =
@@ -146,6 +149,7 @@ mod tests {
                 }),
                 temperature: 0.0,
                 seed: 0,
+                drafting_suspended: false,
             }];
             let drafts =
                 Proposer::<()>::draft(&mut ngram, &ProposeBatch::without_features(&requests));
@@ -170,6 +174,7 @@ mod tests {
             stop: None,
             temperature: 0.0,
             seed: 0,
+            drafting_suspended: false,
         }];
         let err = Proposer::<()>::draft(&mut ngram, &ProposeBatch::without_features(&requests))
             .unwrap_err();

@@ -211,6 +211,7 @@ mod tests {
             stop: None,
             temperature: 0.0,
             seed: 0,
+            drafting_suspended: false,
         }];
         let drafts =
             Proposer::<()>::draft(proposer, &ProposeBatch::without_features(&requests)).unwrap();
@@ -248,6 +249,7 @@ mod tests {
             stop: None,
             temperature: 0.0,
             seed: 0,
+            drafting_suspended: false,
         }];
         let drafts =
             Proposer::<()>::draft(&mut replay, &ProposeBatch::without_features(&requests)).unwrap();

@@ -1,6 +1,7 @@
 //! The draft-model proposer: its chains are the draft model's own greedy continuation round
 //! after round (the draft cache keeps the accepted drafts and cuts the rejected ones), requests
-//! that skip drafting catch up, batching changes nothing, sampled drafts carry their
+//! that skip drafting catch up, suspended ones leave their backlog until they draft again,
+//! batching changes nothing, sampled drafts carry their
 //! distribution, and bad inputs are named without changing the cache.
 #![cfg(feature = "burn")]
 
@@ -41,6 +42,7 @@ fn request(id: u64, tokens: &[u32], first: usize, max: usize) -> ProposeRequest<
         stop: None,
         temperature: 0.0,
         seed: 0,
+        drafting_suspended: false,
     }
 }
 
@@ -145,6 +147,45 @@ fn a_long_backlog_runs_through_the_draft_model_without_drafting() {
 }
 
 #[test]
+fn a_suspended_request_leaves_its_backlog_until_it_drafts_again() {
+    let fixture = Fixture::new(2);
+    let model = other_model(&fixture);
+    let tokens: Vec<u32> = (0..200).map(|i| (i * 29 + 3) % 320).collect();
+    let config = DraftModelProposerConfig {
+        max_catch_up_rows: 64,
+        ..DraftModelProposerConfig::greedy(3)
+    };
+    let mut proposer =
+        DraftModelProposer::new(model.clone(), fixture.target.config(), config, 1).unwrap();
+    // Its prompt, then 150 steps while drafting is suspended: nothing runs.
+    let suspended = |end: usize| ProposeRequest {
+        drafting_suspended: true,
+        ..request(7, &tokens[..end], end - 2, 0)
+    };
+    draft(&mut proposer, &[request(7, &tokens[..20], 0, 0)]).unwrap();
+    assert_eq!(proposer.cached_rows(7), Some(19));
+    for end in 21..=170 {
+        assert!(draft(&mut proposer, &[suspended(end)]).unwrap()[0].is_empty());
+    }
+    assert_eq!(proposer.cached_rows(7), Some(19), "the pause's rows wait");
+    // Asked to draft again behind 150 rows: 64 rows a call, no drafts until the last.
+    let mut calls = Vec::new();
+    for end in 171..=200 {
+        let chain = draft(&mut proposer, &[request(7, &tokens[..end], end - 2, 3)]).unwrap();
+        calls.push((proposer.cached_rows(7).unwrap(), chain[0].len()));
+        if !chain[0].is_empty() {
+            let fresh = greedy(&model, &tokens[..end], 3);
+            assert_eq!(
+                chain[0], fresh,
+                "caught up, it drafts from its whole context"
+            );
+            break;
+        }
+    }
+    assert_eq!(calls, [(83, 0), (147, 0), (173 + 2, 3)]);
+}
+
+#[test]
 fn sampled_drafts_carry_the_distribution_they_were_drawn_from() {
     let fixture = Fixture::new(2);
     let config = DraftModelProposerConfig {
@@ -158,6 +199,7 @@ fn sampled_drafts_carry_the_distribution_they_were_drawn_from() {
     let sampled = ProposeRequest {
         temperature: 1.0,
         seed: 3,
+        drafting_suspended: false,
         ..request(1, &tokens, 0, 3)
     };
     let drafts =

@@ -71,6 +71,7 @@ pub(crate) fn request<'a>(
         stop: None,
         temperature: 0.0,
         seed: 0,
+        drafting_suspended: false,
     }
 }
 
@@ -870,6 +871,7 @@ fn drafts_follow_each_requests_own_sampling_in_one_batch() {
         .map(|i| ProposeRequest {
             temperature: if i == 0 { 1.0 } else { 0.0 },
             seed: 11,
+            drafting_suspended: false,
             ..request(i as u64, &sequences[i], 0, &rows[i], 3)
         })
         .collect();

@@ -9,7 +9,17 @@ pub struct DraftModelProposerConfig {
     pub num_speculative_tokens: usize,
     /// How draft tokens are chosen from the draft model's logits.
     pub sampling: DraftSampling,
+    /// Most rows a request asked to draft takes in per call, at least 1. A longer backlog
+    /// (left by a long suspension of drafting) goes through in calls of this many rows, the
+    /// request drafting nothing until the last, so that no call runs far more rows than a
+    /// step's budget; a request that is not asked to draft takes in its whole backlog (a
+    /// prompt's prefill chunk).
+    pub max_catch_up_rows: usize,
 }
+
+/// [`DraftModelProposerConfig::max_catch_up_rows`] by default: the engine's default budget of
+/// rows per step, so that a prompt prefilled in one chunk is taken in with its first drafts.
+pub const DEFAULT_MAX_CATCH_UP_ROWS: usize = 2048;
 
 impl DraftModelProposerConfig {
     /// Chains of the draft model's argmax, `num_speculative_tokens` long.
@@ -17,6 +27,7 @@ impl DraftModelProposerConfig {
         Self {
             num_speculative_tokens,
             sampling: DraftSampling::Greedy,
+            max_catch_up_rows: DEFAULT_MAX_CATCH_UP_ROWS,
         }
     }
 }
@@ -27,6 +38,9 @@ pub enum DraftModelError {
     /// `num_speculative_tokens` is 0.
     #[error("num_speculative_tokens must be at least 1")]
     NoDraftTokens,
+    /// `max_catch_up_rows` is 0.
+    #[error("max_catch_up_rows must be at least 1")]
+    NoCatchUpRows,
     /// No draft-cache slot was asked for.
     #[error("num_slots must be at least 1 (one per request the engine runs at once)")]
     NoSlots,
@@ -55,10 +69,14 @@ pub enum DraftModelError {
 }
 
 impl DraftModelProposerConfig {
-    /// Checks `num_speculative_tokens >= 1` and a finite positive fixed draft temperature.
+    /// Checks `num_speculative_tokens >= 1`, `max_catch_up_rows >= 1` and a finite positive
+    /// fixed draft temperature.
     pub fn validate(&self) -> Result<(), DraftModelError> {
         if self.num_speculative_tokens == 0 {
             return Err(DraftModelError::NoDraftTokens);
+        }
+        if self.max_catch_up_rows == 0 {
+            return Err(DraftModelError::NoCatchUpRows);
         }
         if let DraftSampling::Sampled { temperature, .. } = self.sampling {
             if !(temperature.is_finite() && temperature > 0.0) {
@@ -90,6 +108,11 @@ mod tests {
             hot.validate(),
             Err(DraftModelError::Temperature(f32::INFINITY))
         );
+        let stalled = DraftModelProposerConfig {
+            max_catch_up_rows: 0,
+            ..DraftModelProposerConfig::greedy(2)
+        };
+        assert_eq!(stalled.validate(), Err(DraftModelError::NoCatchUpRows));
         assert_eq!(DraftModelProposerConfig::greedy(4).validate(), Ok(()));
         let message = DraftModelError::VocabMismatch {
             draft: 100,

@@ -21,11 +21,16 @@
 //! A request that drafts nothing in a call is left as it is: its tokens are all in
 //! [`ProposeRequest::tokens`], so the next catch-up takes them in; only a backlog longer than
 //! [`MAX_PENDING_ROWS`] (a long prompt prefilled in chunks) runs through the draft model
-//! without drafting.
+//! without drafting, unless the request's drafting is suspended
+//! ([`ProposeRequest::drafting_suspended`]: too many requests run for drafts to pay). Rows
+//! left by a suspension cost nothing unless the request drafts again: a request that finishes
+//! first never runs them, one that drafts again takes them in when it is next asked for
+//! drafts, at most [`DraftModelProposerConfig::max_catch_up_rows`] a call (drafting nothing until the rest are in), so
+//! that no call runs far more rows than a prefill chunk.
 
 mod config;
 
-pub use config::{DraftModelError, DraftModelProposerConfig};
+pub use config::{DraftModelError, DraftModelProposerConfig, DEFAULT_MAX_CATCH_UP_ROWS};
 
 use aquila_model_loader::backend::KernelBackend;
 use aquila_model_loader::config::LlamaConfig;
@@ -69,6 +74,10 @@ struct Planned {
     kept: usize,
     /// Whether its rows not yet cached run through the draft model in this call.
     takes_in: bool,
+    /// End of the tokens it takes in: through the root when it drafts, the config's
+    /// `max_catch_up_rows` after `kept` when it was asked to draft behind a longer backlog,
+    /// else through its last committed token.
+    end: usize,
     /// Draft tokens to propose (after the proposer's `k`, the request's budget and the
     /// context).
     budget: usize,
@@ -161,17 +170,37 @@ impl<B: KernelBackend> DraftModelProposer<B> {
                         vocab_size,
                     });
                 }
-                let room = self.target_positions.saturating_sub(request.tokens.len());
-                let budget = request
-                    .max_draft_tokens
-                    .min(self.config.num_speculative_tokens)
-                    .min(room);
                 let pending = committed.len() - kept;
+                // A request asked to draft behind a backlog of more than a call's rows takes in
+                // a call's rows instead.
+                let catch_up_rows = self.config.max_catch_up_rows;
+                let behind = pending > catch_up_rows;
+                let room = self.target_positions.saturating_sub(request.tokens.len());
+                let budget = if behind {
+                    0
+                } else {
+                    request
+                        .max_draft_tokens
+                        .min(self.config.num_speculative_tokens)
+                        .min(room)
+                };
+                let catches_up = behind && request.max_draft_tokens > 0;
+                let takes_in = budget > 0
+                    || catches_up
+                    || (pending > MAX_PENDING_ROWS && !request.drafting_suspended);
+                let end = if budget > 0 {
+                    request.tokens.len()
+                } else if catches_up {
+                    kept + catch_up_rows
+                } else {
+                    committed.len()
+                };
                 Ok(Planned {
                     slot,
                     is_new,
                     kept,
-                    takes_in: budget > 0 || pending > MAX_PENDING_ROWS,
+                    takes_in,
+                    end,
                     budget,
                 })
             })
@@ -193,8 +222,7 @@ impl<B: KernelBackend> DraftModelProposer<B> {
                 continue;
             }
             let drafts = planned.budget > 0;
-            let end = request.tokens.len() - usize::from(!drafts);
-            let tokens = &request.tokens[planned.kept..end];
+            let tokens = &request.tokens[planned.kept..planned.end];
             self.cut(planned.slot, planned.kept);
             self.fed[planned.slot].extend_from_slice(tokens);
             let input = SequenceInput::new(planned.slot, tokens.to_vec(), planned.kept);
