@@ -227,7 +227,9 @@ impl DraftPolicy {
     /// Takes in one step's timings (after its drafting call). A drafting call that costs next
     /// to nothing and drafted no token leaves the next step a plain one, and the guard counts
     /// it as such: its plain rate is then measured without stopping anyone's drafts, and its
-    /// drafting rate describes the steps that verified drafts.
+    /// drafting rate describes the steps that verified drafts. The call that ended a
+    /// suspension is neither priced nor charged to the guard, nor is the step verifying its
+    /// drafts measured.
     pub fn observe_step(&mut self, timing: &StepTiming) {
         if self.resumed {
             self.costs.observe_without_drafting(timing);

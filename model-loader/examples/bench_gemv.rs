@@ -6,17 +6,19 @@
 //!
 //! Builds the projections of all 30 layers (fused q/k/v 576 -> 960, o 576 -> 576, fused
 //! gate/up 576 -> 3072, down 1536 -> 576) and the tied lm_head (576 -> 49,152) with random
-//! weights in f32, Q8_0 and bf16, then runs them in order for 1, 4, 8, 16 and 128 input rows,
-//! as a decode step, a k = 3 verification, batched decoding of 8 and 16 requests and a prefill
-//! chunk do (through `project_rows` up to `MAX_GEMV_ROWS` rows, `project_rows_gemm` beyond, as
-//! the engine chooses), each step on the kernel threads as the engine runs a forward pass, with
-//! the weights on huge pages as the engine keeps them. Q8_0 runs once more with its input rows
+//! weights in f32, Q8_0, Q4_1 (beside a Q8_0 lm_head, as the engine keeps it) and bf16, then
+//! runs them in order for 1, 4, 8, 16 and 128 input rows, as a decode step, a k = 3
+//! verification, batched decoding of 8 and 16 requests and a prefill chunk do (through
+//! `project_rows` up to `MAX_GEMV_ROWS` rows, `project_rows_gemm` beyond, as the engine
+//! chooses), each step on the kernel threads as the engine runs a forward pass, with the
+//! weights on huge pages as the engine keeps them. Q8_0 runs once more with its input rows
 //! quantized to bytes (`q8_0b`, as llama.cpp does) instead of the engine's two byte planes, for
 //! every row count, so the cost of the planes shows against the same weights in the same run.
 //! Prints milliseconds per step, the weight bytes streamed per second, and that rate as a
 //! ratio to a plain parallel read of a 512 MB buffer measured in the same run (the memory
-//! bandwidth the threads can draw). Times are the fastest of repeated steps; the weights
-//! (143 to 538 MB) do not fit in any cache, so each step reads them from memory.
+//! bandwidth the threads can draw). Times are the fastest of repeated steps. The weights (96 to
+//! 538 MB) exceed most CPUs' caches, so each step reads them from memory; where a last-level
+//! cache holds a format's weights, its rate can exceed the plain read.
 
 mod common;
 
@@ -27,7 +29,7 @@ use aquila_model_loader::kernels::gemv::{
     project_rows, project_rows_at, ProjectionRef, WeightRef, MAX_GEMV_ROWS,
 };
 use aquila_model_loader::kernels::InputPrecision;
-use aquila_model_loader::quant::{Bf16Matrix, Q8_0Matrix};
+use aquila_model_loader::quant::{Bf16Matrix, Q4_1Matrix, Q8_0Matrix};
 use burn::backend::Flex;
 use common::inputs;
 use rayon::prelude::*;
@@ -53,28 +55,44 @@ fn weights(len: usize, seed: u64) -> Vec<f32> {
     inputs(len, seed).into_iter().map(|v| v * 0.05).collect()
 }
 
-/// One model's projections in one format: `(d_in, weight)` in step order.
-enum Stored {
-    F32(Vec<(usize, Vec<f32>)>),
-    Q8_0(Vec<(usize, Q8_0Matrix)>),
-    Bf16(Vec<(usize, Bf16Matrix)>),
+/// One projection's weights in one format.
+enum Weight {
+    F32(Vec<f32>),
+    Q8_0(Q8_0Matrix),
+    Q4_1(Q4_1Matrix),
+    Bf16(Bf16Matrix),
 }
 
-impl Stored {
-    fn refs(&self) -> Vec<(usize, WeightRef<'_>)> {
+impl Weight {
+    fn as_ref(&self) -> WeightRef<'_> {
         match self {
-            Stored::F32(ws) => ws.iter().map(|(d, w)| (*d, WeightRef::F32(w))).collect(),
-            Stored::Q8_0(ws) => ws.iter().map(|(d, w)| (*d, WeightRef::Q8_0(w))).collect(),
-            Stored::Bf16(ws) => ws.iter().map(|(d, w)| (*d, WeightRef::Bf16(w))).collect(),
+            Weight::F32(w) => WeightRef::F32(w),
+            Weight::Q8_0(w) => WeightRef::Q8_0(w),
+            Weight::Q4_1(w) => WeightRef::Q4_1(w),
+            Weight::Bf16(w) => WeightRef::Bf16(w),
         }
     }
 
     fn bytes(&self) -> usize {
         match self {
-            Stored::F32(ws) => ws.iter().map(|(_, w)| 4 * w.len()).sum(),
-            Stored::Q8_0(ws) => ws.iter().map(|(d, w)| w.rows() * (d + d / 16)).sum(),
-            Stored::Bf16(ws) => ws.iter().map(|(d, w)| 2 * w.rows() * d).sum(),
+            Weight::F32(w) => 4 * w.len(),
+            Weight::Q8_0(w) => w.bytes(),
+            Weight::Q4_1(w) => w.bytes(),
+            Weight::Bf16(w) => w.bytes(),
         }
+    }
+}
+
+/// One model's projections: `(d_in, weight)` in step order.
+struct Stored(Vec<(usize, Weight)>);
+
+impl Stored {
+    fn refs(&self) -> Vec<(usize, WeightRef<'_>)> {
+        self.0.iter().map(|(d, w)| (*d, w.as_ref())).collect()
+    }
+
+    fn bytes(&self) -> usize {
+        self.0.iter().map(|(_, w)| w.bytes()).sum()
     }
 }
 
@@ -85,29 +103,26 @@ fn shapes() -> Vec<(usize, usize)> {
     shapes
 }
 
+/// The model's projections in `format`; `q4_1` keeps the lm_head in Q8_0, as the engine does.
 fn build(format: &str) -> Stored {
     let all = shapes();
-    let f32s = all
-        .iter()
-        .enumerate()
-        .map(|(i, &(out, d_in))| (d_in, out, weights(out * d_in, i as u64 + 1)));
-    match format {
-        "f32" => Stored::F32(
-            f32s.map(|(d, _, w)| {
+    let lm_head = all.len() - 1;
+    let weights = all.iter().enumerate().map(|(i, &(out, d_in))| {
+        let w = weights(out * d_in, i as u64 + 1);
+        let q8_0 = || Weight::Q8_0(Q8_0Matrix::quantize(&w, out, d_in).expect("finite"));
+        let weight = match format {
+            "f32" => {
                 back_with_huge_pages(&w);
-                (d, w)
-            })
-            .collect(),
-        ),
-        "q8_0" => Stored::Q8_0(
-            f32s.map(|(d, out, w)| (d, Q8_0Matrix::quantize(&w, out, d).expect("finite")))
-                .collect(),
-        ),
-        _ => Stored::Bf16(
-            f32s.map(|(d, out, w)| (d, Bf16Matrix::from_f32(&w, out, d)))
-                .collect(),
-        ),
-    }
+                Weight::F32(w.clone())
+            }
+            "q8_0" => q8_0(),
+            "q4_1" if i == lm_head => q8_0(),
+            "q4_1" => Weight::Q4_1(Q4_1Matrix::quantize(&w, out, d_in).expect("finite")),
+            _ => Weight::Bf16(Bf16Matrix::from_f32(&w, out, d_in)),
+        };
+        (d_in, weight)
+    });
+    Stored(weights.collect())
 }
 
 /// Bytes per second of a plain parallel read of a buffer far larger than any cache.
@@ -181,6 +196,7 @@ fn main() {
         ("f32", None),
         ("q8_0", None),
         ("q8_0b", Some(InputPrecision::Byte)),
+        ("q4_1", None),
         ("bf16", None),
     ];
     for (format, precision) in runs {
