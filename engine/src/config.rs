@@ -169,6 +169,16 @@ pub struct DraftModelDrafter {
     /// model's argmax).
     #[serde(default)]
     pub draft_pick: DraftPick,
+    /// Whether the draft model copies the target's keys and values of the rows the target
+    /// committed instead of running them itself, so that it runs only the drafts' rows and
+    /// never prefills a prompt
+    /// ([`DraftModelProposerConfig::copies_target_cache`](aquila_spec_decode::proposer::DraftModelProposerConfig::copies_target_cache)).
+    /// `None` (the default): when the draft model's directory is the target's, i.e. it is the
+    /// target itself in other weights. `Some(true)` for another model is an error unless its
+    /// layers have the target's shape (and then its drafts are only as good as the target's
+    /// keys and values are to it).
+    #[serde(default)]
+    pub copies_target_cache: Option<bool>,
 }
 
 impl DraftModelDrafter {
@@ -178,6 +188,7 @@ impl DraftModelDrafter {
             model: model.into(),
             weights: None,
             draft_pick: DraftPick::default(),
+            copies_target_cache: None,
         }
     }
 }

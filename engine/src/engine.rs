@@ -12,7 +12,7 @@ use aquila_model_loader::backend::KernelBackend;
 use aquila_model_loader::model::{FeatureTap, LlamaModel};
 use aquila_model_loader::tokenizer::Tokenizer;
 use aquila_model_loader::LoadError;
-use aquila_spec_decode::proposer::{Draft, ProposeRequest};
+use aquila_spec_decode::proposer::{Draft, ProposeRequest, TargetKeyValues, TargetKvCache};
 use burn::module::Module;
 use burn::tensor::Tensor;
 
@@ -154,6 +154,7 @@ impl<B: KernelBackend> Engine<B> {
                     DraftPlacement {
                         device,
                         target_weights: config.weights,
+                        target_dir: &config.model,
                     },
                     config.max_num_seqs,
                 )?;
@@ -387,11 +388,11 @@ impl<B: KernelBackend> Engine<B> {
             let num_finished = results.iter().filter(|r| r.finish.is_some()).count();
             (draft_depth, draft_tokens) = speculation.draft_next(
                 features.as_ref(),
+                &self.runner,
                 &mut batch,
                 &results,
                 num_running - num_finished,
                 self.limits.max_model_len,
-                self.vocab_size,
             );
         }
         let draft_done = Instant::now();
@@ -672,20 +673,22 @@ fn verify(
 }
 
 impl<B: KernelBackend> Speculation<B> {
-    /// After a forward: hands the drafter the rows every request of `batch` that is still
-    /// unfinished committed (features at its fed known rows and accepted draft rows) and
-    /// stores the draft each gets for its next step, as long as the policy chooses while
-    /// `num_running` requests run, capped so the root and drafts stay inside `max_model_len`.
-    /// Returns the depth and the number of draft tokens drafted.
+    /// After a forward of `target`: hands the drafter the rows every request of `batch` that
+    /// is still unfinished committed (features at its fed known rows and accepted draft rows,
+    /// and the target's KV cache where the drafter copies from it) and stores the draft each
+    /// gets for its next step, as long as the policy chooses while `num_running` requests run,
+    /// capped so the root and drafts stay inside `max_model_len`. Returns the depth and the
+    /// number of draft tokens drafted.
     fn draft_next(
         &mut self,
         features: Option<&Tensor<B, 2>>,
+        target: &ModelRunner<B>,
         batch: &mut [BatchEntry<'_>],
         results: &[EntryResult],
         num_running: usize,
         max_model_len: usize,
-        vocab_size: usize,
     ) -> (usize, usize) {
+        let vocab_size = target.model().config().vocab_size;
         let k = self.drafter.num_speculative_tokens();
         let mut spans = Vec::with_capacity(batch.len());
         let mut first_row = 0;
@@ -760,7 +763,17 @@ impl<B: KernelBackend> Speculation<B> {
                 }
             })
             .collect();
-        let drafts = self.drafter.draft(features, &requests);
+        let view = self.drafter.reads_target_kv().then(|| {
+            let slots = spans
+                .iter()
+                .map(|&(index, ..)| (batch[index].request.id, batch[index].work.slot))
+                .collect();
+            TargetKvCache::new(target.kv_cache(), target.model().config(), slots)
+        });
+        let target_kv = view
+            .as_ref()
+            .map(|view| view as &dyn TargetKeyValues<Tensor<B, 2>>);
+        let drafts = self.drafter.draft(features, target_kv, &requests);
         drop(requests);
         let lengths: Vec<usize> = drafts.iter().map(Draft::num_draft_tokens).collect();
         if let Some(thresholds) = plan.thresholds.as_ref().filter(|_| !lengths.is_empty()) {

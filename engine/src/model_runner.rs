@@ -69,6 +69,11 @@ impl<B: KernelBackend> ModelRunner<B> {
         &self.model
     }
 
+    /// The target's KV cache.
+    pub fn kv_cache(&self) -> &KvCache<B> {
+        &self.kv_cache
+    }
+
     /// Applies the step's KV commands, then runs one forward over every request of `batch`,
     /// tapping `tap`, and returns the logits rows of the requests that sample.
     pub fn execute(

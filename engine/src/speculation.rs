@@ -3,6 +3,7 @@
 //! drafting call made after every target forward.
 
 use std::collections::HashSet;
+use std::path::Path;
 
 use aquila_model_loader::backend::KernelBackend;
 use aquila_model_loader::model::{FeatureTap, LlamaModel, WeightStorage};
@@ -12,7 +13,7 @@ use aquila_spec_decode::ngram::{NgramConfig, NgramProposer};
 use aquila_spec_decode::proposer::{
     Draft, DraftModelProposer, DraftModelProposerConfig, DraftSampling, EagleProposer,
     EagleProposerConfig, EagleTreeConfig, LookupAssisted, ProposeBatch, ProposeError,
-    ProposeRequest, Proposer,
+    ProposeRequest, Proposer, TargetKeyValues,
 };
 use burn::module::Module;
 use burn::tensor::backend::Backend;
@@ -58,10 +59,13 @@ impl<B: KernelBackend> Proposer<Tensor<B, 2>> for Featureless {
     }
 }
 
-/// The engine's drafter: a proposer and the features every target forward must tap for it.
+/// The engine's drafter: a proposer, the features every target forward must tap for it and
+/// whether it reads the target's KV cache.
 pub(crate) struct Drafter<B: Backend> {
     proposer: Box<dyn Proposer<Tensor<B, 2>> + Send>,
     tap: FeatureTap,
+    /// Whether each drafting call offers the proposer the target's KV cache.
+    reads_target_kv: bool,
     /// Requests whose drafting failed: they decode without drafts until they end.
     disabled: HashSet<RequestId>,
 }
@@ -69,13 +73,16 @@ pub(crate) struct Drafter<B: Backend> {
 /// Where a drafter's weights live: the target's device, and the target's weight format, in
 /// which an EAGLE head's or a draft model's projections and lm_head are stored on backends
 /// whose kernels do not read packed weights, unless its configuration names a format
-/// ([`crate::EagleDrafter::weights`], [`crate::DraftModelDrafter::weights`]).
+/// ([`crate::EagleDrafter::weights`], [`crate::DraftModelDrafter::weights`]); and the
+/// target's directory, which a draft model loaded from it is the target itself.
 #[derive(Debug)]
 pub(crate) struct DraftPlacement<'a, B: Backend> {
     /// The device.
     pub device: &'a B::Device,
     /// The target's weight format.
     pub target_weights: WeightFormat,
+    /// The target's directory.
+    pub target_dir: &'a Path,
 }
 
 impl<B: KernelBackend> DraftPlacement<'_, B> {
@@ -135,12 +142,14 @@ impl<B: KernelBackend> Drafter<B> {
                 Ok(Self {
                     proposer: Box::new(ngram),
                     tap: FeatureTap::None,
+                    reads_target_kv: false,
                     disabled: HashSet::new(),
                 })
             }
             (SpeculativeMethod::DraftModel(drafter), None) => {
                 let proposer = draft_model_proposer(drafter, k, target, &placement, max_num_seqs)?;
                 Ok(Self {
+                    reads_target_kv: proposer.config().copies_target_cache,
                     proposer: Box::new(proposer),
                     tap: FeatureTap::None,
                     disabled: HashSet::new(),
@@ -201,6 +210,7 @@ impl<B: KernelBackend> Drafter<B> {
                 Ok(Self {
                     tap,
                     proposer,
+                    reads_target_kv: false,
                     disabled: HashSet::new(),
                 })
             }
@@ -212,6 +222,7 @@ impl<B: KernelBackend> Drafter<B> {
         Self {
             proposer: Box::new(Featureless(proposer)),
             tap: FeatureTap::None,
+            reads_target_kv: false,
             disabled: HashSet::new(),
         }
     }
@@ -219,6 +230,11 @@ impl<B: KernelBackend> Drafter<B> {
     /// The features every target forward must tap.
     pub fn feature_tap(&self) -> &FeatureTap {
         &self.tap
+    }
+
+    /// Whether the drafting calls should offer the target's KV cache.
+    pub fn reads_target_kv(&self) -> bool {
+        self.reads_target_kv
     }
 
     /// Most draft tokens per request and step (`k`).
@@ -231,13 +247,16 @@ impl<B: KernelBackend> Drafter<B> {
         self.proposer.max_draft_depth()
     }
 
-    /// Takes in the rows `requests` committed in the forward that tapped `features` and drafts
-    /// each request's next chain or tree (one draft per request, in order). A failed drafting
-    /// call changes no proposer state; its requests get no drafts now and are excluded from
-    /// drafting until they end, so the engine keeps decoding them without speculation.
+    /// Takes in the rows `requests` committed in the forward that tapped `features` (or
+    /// copies them from `target_kv`, the target's KV cache, for a proposer that reads it) and
+    /// drafts each request's next chain or tree (one draft per request, in order). A failed
+    /// drafting call changes no proposer state; its requests get no drafts now and are
+    /// excluded from drafting until they end, so the engine keeps decoding them without
+    /// speculation.
     pub fn draft(
         &mut self,
         features: Option<&Tensor<B, 2>>,
+        target_kv: Option<&dyn TargetKeyValues<Tensor<B, 2>>>,
         requests: &[ProposeRequest<'_>],
     ) -> Vec<Draft> {
         let empty = Draft::empty;
@@ -252,6 +271,7 @@ impl<B: KernelBackend> Drafter<B> {
         let batch = ProposeBatch {
             features,
             requests: &live,
+            target_kv,
         };
         let drafts = match self.proposer.draft(&batch) {
             Ok(drafts) if drafts.len() == live.len() => drafts,
@@ -328,12 +348,22 @@ fn draft_model_proposer<B: KernelBackend>(
         .map_err(|e| draft_error(e.to_string()))?
         .no_grad();
     B::back_with_huge_pages(&model);
+    let is_the_target = same_directory(&drafter.model, placement.target_dir);
     let config = DraftModelProposerConfig {
         sampling: draft_sampling(drafter.draft_pick),
+        copies_target_cache: drafter.copies_target_cache.unwrap_or(is_the_target),
         ..DraftModelProposerConfig::greedy(k)
     };
     DraftModelProposer::new(model, target.config(), config, max_num_seqs)
         .map_err(|e| draft_error(e.to_string()))
+}
+
+/// Whether `a` and `b` name one directory (compared as given where either cannot be resolved).
+fn same_directory(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
 }
 
 /// The prompt lookup of `ngram`'s settings drafting up to `k` tokens; an invalid setting is a
@@ -384,7 +414,7 @@ mod tests {
         let mut drafter = Drafter::<Flex>::custom(Box::new(replay));
         assert_eq!(drafter.feature_tap(), &FeatureTap::None);
         assert_eq!(drafter.num_speculative_tokens(), 2);
-        let drafts = drafter.draft(None, &[request(0, &[1, 2]), request(1, &[7, 7])]);
+        let drafts = drafter.draft(None, None, &[request(0, &[1, 2]), request(1, &[7, 7])]);
         assert_eq!(drafts, vec![chain(&[3, 4]), Draft::empty()]);
     }
 
@@ -393,19 +423,19 @@ mod tests {
         let replay = ReplayProposer::new(2, vec![vec![1, 2, 3, 4, 5]]);
         let mut drafter = Drafter::<Flex>::custom(Box::new(replay));
         // A request without a committed row is rejected by the proposer.
-        let drafts = drafter.draft(None, &[request(0, &[1])]);
+        let drafts = drafter.draft(None, None, &[request(0, &[1])]);
         assert_eq!(drafts, vec![Draft::empty()]);
         assert_eq!(
-            drafter.draft(None, &[request(0, &[1, 2])]),
+            drafter.draft(None, None, &[request(0, &[1, 2])]),
             vec![Draft::empty()]
         );
         assert_eq!(
-            drafter.draft(None, &[request(1, &[1, 2])]),
+            drafter.draft(None, None, &[request(1, &[1, 2])]),
             vec![chain(&[3, 4])]
         );
         drafter.release(0);
         assert_eq!(
-            drafter.draft(None, &[request(0, &[1, 2])]),
+            drafter.draft(None, None, &[request(0, &[1, 2])]),
             vec![chain(&[3, 4])]
         );
     }

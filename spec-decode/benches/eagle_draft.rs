@@ -155,6 +155,7 @@ fn speculative_step_ms(target: &LlamaModel<B>, head: EagleHead<B>, batch: usize)
             .draft(&ProposeBatch {
                 features: Some(&features),
                 requests: state.propose_batch(&mut requests),
+                target_kv: None,
             })
             .unwrap();
         let draft_ms = start.elapsed().as_secs_f64() * 1e3;

@@ -67,26 +67,31 @@ fn a_draft_model_takes_in_the_pause_when_its_request_drafts_again() {
     let params = [greedy(SHORT), greedy(SHORT), greedy(LONG)];
     let baseline = token_ids(&run(&mut plain, &prompts, &params));
     // The target drafting for itself: every draft is accepted only if the draft model's cache
-    // holds the request's whole context, the rows decoded during the pause included.
-    let drafter = DraftModelDrafter {
-        weights: Some(WeightFormat::F32),
-        ..DraftModelDrafter::new(model.path())
-    };
-    let mut settings = SpeculativeConfig::new(SpeculativeMethod::DraftModel(drafter), K);
-    settings.draft_length = DraftLength::Fixed;
-    settings.disable_by_batch_size = Some(1);
-    let mut llm = Llm::new(with_speculative(config(model.path()), settings)).unwrap();
-    let outputs = run(&mut llm, &prompts, &params);
-    assert_eq!(token_ids(&outputs), baseline);
-    let metrics = &outputs[2].metrics;
-    assert_eq!(
-        (outputs[0].metrics.num_drafts, outputs[1].metrics.num_drafts),
-        (0, 0)
-    );
-    // Only the last round may draft past the request's end.
-    assert!(metrics.num_draft_tokens > 2 * K, "{metrics:?}");
-    assert!(
-        metrics.num_draft_tokens - metrics.num_accepted_tokens < K,
-        "{metrics:?}"
-    );
+    // holds the request's whole context, the rows decoded during the pause included, whether
+    // it copies them from the target's cache (the default for the target's own directory) or
+    // runs them itself.
+    for copies_target_cache in [None, Some(false)] {
+        let drafter = DraftModelDrafter {
+            weights: Some(WeightFormat::F32),
+            copies_target_cache,
+            ..DraftModelDrafter::new(model.path())
+        };
+        let mut settings = SpeculativeConfig::new(SpeculativeMethod::DraftModel(drafter), K);
+        settings.draft_length = DraftLength::Fixed;
+        settings.disable_by_batch_size = Some(1);
+        let mut llm = Llm::new(with_speculative(config(model.path()), settings)).unwrap();
+        let outputs = run(&mut llm, &prompts, &params);
+        assert_eq!(token_ids(&outputs), baseline);
+        let metrics = &outputs[2].metrics;
+        assert_eq!(
+            (outputs[0].metrics.num_drafts, outputs[1].metrics.num_drafts),
+            (0, 0)
+        );
+        // Only the last round may draft past the request's end.
+        assert!(metrics.num_draft_tokens > 2 * K, "{metrics:?}");
+        assert!(
+            metrics.num_draft_tokens - metrics.num_accepted_tokens < K,
+            "{copies_target_cache:?}: {metrics:?}"
+        );
+    }
 }

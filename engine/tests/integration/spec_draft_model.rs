@@ -1,6 +1,7 @@
 //! Speculative decoding with a draft language model on the tiny model: the target drafting for
-//! itself is accepted on every draft, requests that sample keep the greedy ones exact beside
-//! them, and a draft model that cannot serve the target is an error naming its directory.
+//! itself is accepted on every draft, whether it copies the target's keys and values or runs
+//! every row itself, requests that sample keep the greedy ones exact beside them, and a draft
+//! model that cannot serve the target is an error naming its directory.
 
 use crate::common;
 
@@ -8,6 +9,7 @@ use aquila_engine::{
     DraftLength, DraftModelDrafter, EngineError, Llm, SpeculativeConfig, SpeculativeMethod,
     WeightFormat,
 };
+use aquila_model_loader::fixtures::llama::{write_tiny_llama, TinyLlamaOptions};
 use common::spec::{assert_greedy_exact_beside_sampled, draft_model};
 use common::{config, greedy, tiny_model, PROMPTS};
 
@@ -42,6 +44,40 @@ fn the_target_drafting_for_itself_is_accepted_on_every_draft() {
 }
 
 #[test]
+fn copying_the_targets_keys_and_values_drafts_what_running_the_rows_drafts() {
+    let model = tiny_model();
+    let run = |copies_target_cache: Option<bool>| {
+        let drafter = DraftModelDrafter {
+            weights: Some(WeightFormat::F32),
+            copies_target_cache,
+            ..DraftModelDrafter::new(model.path())
+        };
+        let mut engine_config = config(model.path());
+        engine_config.speculative = Some(SpeculativeConfig {
+            draft_length: DraftLength::Fixed,
+            ..SpeculativeConfig::new(SpeculativeMethod::DraftModel(drafter), 3)
+        });
+        let mut llm = Llm::new(engine_config).unwrap();
+        llm.generate(PROMPTS, &greedy(MAX_TOKENS)).unwrap()
+    };
+    let mut plain = Llm::new(config(model.path())).unwrap();
+    let expected = plain.generate(PROMPTS, &greedy(MAX_TOKENS)).unwrap();
+    // The target's own directory: copying by default.
+    for outputs in [run(None), run(Some(false))] {
+        for (output, expected) in outputs.iter().zip(&expected) {
+            assert_eq!(output.token_ids, expected.token_ids);
+            let metrics = &output.metrics;
+            assert!(metrics.num_draft_tokens > 0);
+            assert_eq!(
+                metrics.num_accepted_tokens, metrics.num_draft_tokens,
+                "request {}: the target's own drafts are all accepted",
+                output.request_id
+            );
+        }
+    }
+}
+
+#[test]
 fn sampled_requests_beside_greedy_ones_keep_the_greedy_ones_exact() {
     let model = tiny_model();
     let draft = draft_model();
@@ -70,4 +106,26 @@ fn a_draft_model_that_cannot_serve_the_target_is_an_error_naming_it() {
     engine_config.speculative = Some(SpeculativeConfig::draft_model(short.path(), 3));
     let err = Llm::new(engine_config).unwrap_err().to_string();
     assert!(err.contains("context") && err.contains("64"), "{err}");
+
+    // Another model asked to copy the target's keys and values, with layers of another shape.
+    let deeper = tempfile::tempdir().unwrap();
+    let options = TinyLlamaOptions {
+        num_layers: 3,
+        ..TinyLlamaOptions::default()
+    };
+    write_tiny_llama(deeper.path(), &options).unwrap();
+    let drafter = DraftModelDrafter {
+        copies_target_cache: Some(true),
+        ..DraftModelDrafter::new(deeper.path())
+    };
+    let mut engine_config = config(model.path());
+    engine_config.speculative = Some(SpeculativeConfig::new(
+        SpeculativeMethod::DraftModel(drafter),
+        3,
+    ));
+    let err = Llm::new(engine_config).unwrap_err().to_string();
+    assert!(
+        err.contains("keys and values") && err.contains("3 layers"),
+        "{err}"
+    );
 }

@@ -169,6 +169,23 @@ impl<B: Backend> KvCache<B> {
         self.lens[slot] = start + rows.len();
     }
 
+    /// Keys and values of `layer` at rows `rows` of `slot` (views, `[kv_heads, rows, head_dim]`
+    /// each), or `None` where `rows` is empty or not all in the slot's history.
+    ///
+    /// # Panics
+    /// If `layer >= num_layers()` or `slot >= num_slots()`.
+    pub fn rows(&self, layer: usize, slot: usize, rows: Range<usize>) -> Option<KeysAndValues<B>> {
+        if rows.is_empty() || rows.end > self.lens[slot] {
+            return None;
+        }
+        let entry = self.entries[layer][slot].as_ref()?;
+        let (start, len) = (rows.start, rows.len());
+        Some((
+            entry.keys.clone().narrow(1, start, len),
+            entry.values.clone().narrow(1, start, len),
+        ))
+    }
+
     /// Empties `slot` and frees its memory.
     ///
     /// # Panics
@@ -353,6 +370,24 @@ mod tests {
             );
         }
         cache.advance(slot, n);
+    }
+
+    #[test]
+    fn rows_read_back_the_history_of_a_padded_buffer() {
+        let mut cache = KvCache::<B>::new(2, 2);
+        fill_in_place(&mut cache, 1, 0, 5);
+        let (keys, values) = cache.rows(1, 1, 1..4).unwrap();
+        assert_eq!(keys.dims(), [1, 3, 2]);
+        let keys: Vec<f32> = keys.into_data().to_vec().unwrap();
+        let values: Vec<f32> = values.into_data().to_vec().unwrap();
+        assert_eq!(keys, [1., 1., 2., 2., 3., 3.]);
+        assert_eq!(values, [-1., -1., -2., -2., -3., -3.]);
+        assert!(
+            cache.rows(0, 1, 4..6).is_none(),
+            "row 5 is past the history"
+        );
+        assert!(cache.rows(0, 0, 0..1).is_none(), "slot 0 is empty");
+        assert!(cache.rows(0, 1, 2..2).is_none());
     }
 
     #[test]

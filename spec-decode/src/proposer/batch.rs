@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 
-use super::{ChainStop, ProposeError};
+use super::{ChainStop, ProposeError, TargetKeyValues};
 
 /// One request's rows committed by the last target forward, and its drafting budget.
 ///
@@ -110,6 +110,9 @@ pub struct ProposeBatch<'a, F> {
     pub features: Option<&'a F>,
     /// The requests to draft for, each at most once.
     pub requests: &'a [ProposeRequest<'a>],
+    /// The target's KV cache for these requests, where the engine offers it to a proposer
+    /// that copies the target's keys and values; `None` otherwise.
+    pub target_kv: Option<&'a dyn TargetKeyValues<F>>,
 }
 
 impl<'a, F> ProposeBatch<'a, F> {
@@ -118,6 +121,15 @@ impl<'a, F> ProposeBatch<'a, F> {
         Self {
             features: None,
             requests,
+            target_kv: None,
+        }
+    }
+
+    /// The same batch offering the target's KV cache.
+    pub fn with_target_kv(self, target_kv: &'a dyn TargetKeyValues<F>) -> Self {
+        Self {
+            target_kv: Some(target_kv),
+            ..self
         }
     }
 

@@ -87,6 +87,14 @@ pub enum ProposeError {
         /// Number of slots of the proposer.
         capacity: usize,
     },
+    /// The target's KV cache could not give the rows a proposer copies from it.
+    #[error("request {request_id}: the target's KV cache: {reason}")]
+    TargetCache {
+        /// The request whose rows were asked for.
+        request_id: u64,
+        /// What went wrong.
+        reason: String,
+    },
     /// The draft head's forward pass rejected its input (for example a position past the
     /// target's context length).
     #[cfg(feature = "burn")]

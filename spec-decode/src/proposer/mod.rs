@@ -57,6 +57,7 @@ mod pick;
 mod replay;
 #[cfg(feature = "burn")]
 mod slots;
+mod target_cache;
 
 pub use batch::{ProposeBatch, ProposeRequest};
 pub use chain_stop::{ChainStep, ChainStop, ConfidenceCalibration};
@@ -72,6 +73,9 @@ pub use eagle::{EagleProposer, EagleProposerConfig, EagleTreeConfig};
 pub use error::ProposeError;
 pub use lookup_assist::LookupAssisted;
 pub use replay::ReplayProposer;
+pub use target_cache::TargetKeyValues;
+#[cfg(feature = "burn")]
+pub use target_cache::TargetKvCache;
 
 /// A drafter of speculative tokens, called by the engine once per step for the whole batch.
 ///

@@ -1,15 +1,16 @@
 //! The draft-model proposer: its chains are the draft model's own greedy continuation round
 //! after round (the draft cache keeps the accepted drafts and cuts the rejected ones), requests
 //! that skip drafting catch up, suspended ones leave their backlog until they draft again,
-//! batching changes nothing, sampled drafts carry their
-//! distribution, and bad inputs are named without changing the cache.
+//! batching changes nothing, sampled drafts carry their distribution, the target drafting for
+//! itself from the target's own keys and values runs only the roots and the drafts, and bad
+//! inputs are named without changing the cache.
 #![cfg(feature = "burn")]
 
 use aquila_model_loader::fixtures::llama::{write_tiny_llama, TinyLlamaOptions};
-use aquila_model_loader::model::{FeatureTap, ForwardBatch, LlamaModel, SequenceInput};
+use aquila_model_loader::model::{FeatureTap, ForwardBatch, KvCache, LlamaModel, SequenceInput};
 use aquila_spec_decode::proposer::{
     Draft, DraftModelError, DraftModelProposer, DraftModelProposerConfig, DraftSampling,
-    ProposeBatch, ProposeError, ProposeRequest, Proposer,
+    ProposeBatch, ProposeError, ProposeRequest, Proposer, TargetKvCache,
 };
 use burn::tensor::Tensor;
 
@@ -50,11 +51,45 @@ fn draft(
     proposer: &mut DraftModelProposer<B>,
     requests: &[ProposeRequest<'_>],
 ) -> Result<Vec<Vec<u32>>, ProposeError> {
-    let drafts = Proposer::<()>::draft(proposer, &ProposeBatch::without_features(requests))?;
+    let drafts =
+        Proposer::<Tensor<B, 2>>::draft(proposer, &ProposeBatch::without_features(requests))?;
     Ok(drafts
         .iter()
         .map(|draft| draft.as_chain().expect("chains").tokens.clone())
         .collect())
+}
+
+/// [`draft`] offering the target's KV cache `cache`, the requests in the slots `slots` names.
+fn draft_from_target(
+    proposer: &mut DraftModelProposer<B>,
+    requests: &[ProposeRequest<'_>],
+    (cache, slots): (&KvCache<B>, Vec<(u64, usize)>),
+) -> Result<Vec<Vec<u32>>, ProposeError> {
+    let target = TargetKvCache::new(cache, proposer.model().config(), slots);
+    let batch = ProposeBatch::without_features(requests).with_target_kv(&target);
+    let drafts = Proposer::<Tensor<B, 2>>::draft(proposer, &batch)?;
+    Ok(drafts
+        .iter()
+        .map(|draft| draft.as_chain().expect("chains").tokens.clone())
+        .collect())
+}
+
+/// A proposer of chains of `k` copying the target's keys and values, drafting with `model`.
+fn copying_proposer(fixture: &Fixture, model: LlamaModel<B>, k: usize) -> DraftModelProposer<B> {
+    let config = DraftModelProposerConfig {
+        copies_target_cache: true,
+        ..DraftModelProposerConfig::greedy(k)
+    };
+    DraftModelProposer::new(model, fixture.target.config(), config, 2).unwrap()
+}
+
+/// The target's forward over `tokens` after what `slot` of `cache` holds (a prefill or a
+/// verification).
+fn target_forward(model: &LlamaModel<B>, cache: &mut KvCache<B>, slot: usize, tokens: &[u32]) {
+    let input = SequenceInput::new(slot, tokens.to_vec(), cache.len(slot));
+    model
+        .forward(&ForwardBatch::new(vec![input]), cache, &FeatureTap::None)
+        .unwrap();
 }
 
 fn argmax(logits: Tensor<B, 2>) -> u32 {
@@ -96,7 +131,7 @@ fn chains_follow_the_draft_model_round_after_round() {
         tokens.extend_from_slice(&chain[0][..accepted]);
         tokens.push(11 + round as u32);
     }
-    Proposer::<()>::release(&mut proposer, 7);
+    Proposer::<Tensor<B, 2>>::release(&mut proposer, 7);
     assert_eq!(proposer.cached_rows(7), None);
     assert_eq!(proposer.num_requests(), 0);
 }
@@ -108,6 +143,67 @@ fn the_target_as_its_own_draft_model_drafts_its_greedy_continuation() {
     let tokens = [9, 8, 7, 6, 5];
     let chain = draft(&mut proposer, &[request(1, &tokens, 0, 4)]).unwrap();
     assert_eq!(chain[0], greedy(&fixture.target, &tokens, 4));
+}
+
+#[test]
+fn the_target_copying_its_own_keys_and_values_runs_only_roots_and_drafts() {
+    let fixture = Fixture::new(2);
+    let target = &fixture.target;
+    let prompt: Vec<u32> = (0..40).map(|i| (i * 31 + 7) % 320).collect();
+    let greedy_tokens = greedy(target, &prompt, 8);
+    // The target's cache, the request in its slot 2: the prefill commits the prompt, whose
+    // last row gives the root.
+    let mut cache = target.new_kv_cache(3);
+    target_forward(target, &mut cache, 2, &prompt);
+    let mut proposer = copying_proposer(&fixture, target.clone(), 3);
+    let tokens = [&prompt[..], &greedy_tokens[..1]].concat();
+    let chain = draft_from_target(
+        &mut proposer,
+        &[request(5, &tokens, 0, 3)],
+        (&cache, vec![(5, 2)]),
+    )
+    .unwrap();
+    assert_eq!(chain[0], greedy_tokens[1..4]);
+    assert_eq!(
+        proposer.forwarded_rows(),
+        3,
+        "the root and two drafts, not the prompt"
+    );
+    // The target verifies the root and the three drafts and accepts them all.
+    target_forward(target, &mut cache, 2, &greedy_tokens[..4]);
+    let tokens = [&prompt[..], &greedy_tokens[..5]].concat();
+    let chain = draft_from_target(
+        &mut proposer,
+        &[request(5, &tokens, prompt.len(), 3)],
+        (&cache, vec![(5, 2)]),
+    )
+    .unwrap();
+    assert_eq!(chain[0], greedy_tokens[5..8]);
+    assert_eq!(proposer.forwarded_rows(), 6);
+    assert_eq!(proposer.cached_rows(5), Some(tokens.len() + 2));
+
+    // Offered no target cache, the same proposer runs the prompt itself.
+    let mut runs = copying_proposer(&fixture, target.clone(), 3);
+    let tokens = [&prompt[..], &greedy_tokens[..1]].concat();
+    let chain = draft(&mut runs, &[request(5, &tokens, 0, 3)]).unwrap();
+    assert_eq!(chain[0], greedy_tokens[1..4]);
+    assert_eq!(runs.forwarded_rows(), prompt.len() as u64 + 3);
+
+    // Rows the target's cache does not hold are an error that changes nothing.
+    let mut short = target.new_kv_cache(3);
+    target_forward(target, &mut short, 2, &prompt[..10]);
+    let mut fresh = copying_proposer(&fixture, target.clone(), 3);
+    let err = draft_from_target(
+        &mut fresh,
+        &[request(5, &tokens, 0, 3)],
+        (&short, vec![(5, 2)]),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, ProposeError::TargetCache { request_id: 5, .. }),
+        "{err}"
+    );
+    assert_eq!((fresh.num_requests(), fresh.forwarded_rows()), (0, 0));
 }
 
 #[test]
@@ -203,7 +299,8 @@ fn sampled_drafts_carry_the_distribution_they_were_drawn_from() {
         ..request(1, &tokens, 0, 3)
     };
     let drafts =
-        Proposer::<()>::draft(&mut proposer, &ProposeBatch::without_features(&[sampled])).unwrap();
+        Proposer::<Tensor<B, 2>>::draft(&mut proposer, &ProposeBatch::without_features(&[sampled]))
+            .unwrap();
     let Draft::Chain(chain) = &drafts[0] else {
         panic!("a chain")
     };
@@ -275,4 +372,16 @@ fn bad_inputs_are_named_and_change_nothing() {
     let target = fixture.target.config();
     let err = DraftModelProposer::new(other_model(&fixture), target, config, 0).unwrap_err();
     assert_eq!(err, DraftModelError::NoSlots);
+    let mut deeper = fixture.target.config().clone();
+    deeper.num_hidden_layers += 1;
+    let copying = DraftModelProposerConfig {
+        copies_target_cache: true,
+        ..config
+    };
+    let err = DraftModelProposer::new(other_model(&fixture), &deeper, copying, 1).unwrap_err();
+    assert!(
+        matches!(err, DraftModelError::CacheMismatch { .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("3 layers"), "{err}");
 }

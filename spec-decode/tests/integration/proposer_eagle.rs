@@ -89,6 +89,7 @@ pub(crate) fn draft_single(
     let batch = ProposeBatch {
         features: Some(features),
         requests: &requests,
+        target_kv: None,
     };
     Ok(proposer.draft(&batch)?.remove(0))
 }
@@ -503,6 +504,7 @@ fn confidence_stops_end_chains_where_the_path_stops_paying() {
         let batch = ProposeBatch {
             features: Some(&features),
             requests: &[request],
+            target_kv: None,
         };
         let draft = drafter.draft(&batch).unwrap().remove(0);
         assert_eq!(drafter.cached_rows(1), Some(PROMPT.len()));
@@ -564,6 +566,7 @@ fn batched_drafting_equals_drafting_each_request_alone() {
     let batch = ProposeBatch {
         features: Some(&features),
         requests: &requests,
+        target_kv: None,
     };
     let batched = drafter.draft(&batch).unwrap();
     for (i, (together, single)) in batched.iter().zip(&alone).enumerate() {
@@ -728,6 +731,7 @@ pub(crate) fn speculative_decode(
         let batch = ProposeBatch {
             features: features.as_ref(),
             requests: &requests,
+            target_kv: None,
         };
         let draft = drafter.draft(&batch).unwrap().remove(0);
         if tokens.len() >= prompt.len() + new_tokens {
@@ -883,6 +887,7 @@ fn drafts_follow_each_requests_own_sampling_in_one_batch() {
     let batch = ProposeBatch {
         features: Some(&features),
         requests: &requests,
+        target_kv: None,
     };
     let drafts = drafter.draft(&batch).unwrap();
     let greedy = drafts[1].as_chain().unwrap();

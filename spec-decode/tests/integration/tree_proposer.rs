@@ -298,6 +298,7 @@ fn a_stop_rule_keeps_the_nodes_whose_calibrated_path_pays_for_their_rows() {
         let batch = ProposeBatch {
             features: Some(&features),
             requests: &[gated],
+            target_kv: None,
         };
         match drafter.draft(&batch).unwrap().remove(0) {
             Draft::Tree { tree, .. } => tree,
@@ -440,6 +441,7 @@ fn batched_tree_drafting_equals_drafting_each_request_alone() {
         .draft(&ProposeBatch {
             features: Some(&features),
             requests: &requests,
+            target_kv: None,
         })
         .unwrap();
     for (i, (together, single)) in batched.iter().zip(&alone).enumerate() {

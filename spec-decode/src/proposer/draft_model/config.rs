@@ -15,6 +15,14 @@ pub struct DraftModelProposerConfig {
     /// step's budget; a request that is not asked to draft takes in its whole backlog (a
     /// prompt's prefill chunk).
     pub max_catch_up_rows: usize,
+    /// Whether the rows the target committed are copied from its KV cache
+    /// ([`ProposeBatch::target_kv`](crate::proposer::ProposeBatch::target_kv)) instead of run
+    /// through the draft model, which then runs only each chain's root and drafts. Right for a
+    /// draft model that is the target itself in other weights (the same layers: the target's
+    /// keys and values are its own, computed at the target's precision), so the prompt is
+    /// never prefilled twice; the proposer checks that the shapes of the two caches agree. A
+    /// batch that offers no target cache has its rows run as without it.
+    pub copies_target_cache: bool,
 }
 
 /// [`DraftModelProposerConfig::max_catch_up_rows`] by default: the engine's default budget of
@@ -28,6 +36,7 @@ impl DraftModelProposerConfig {
             num_speculative_tokens,
             sampling: DraftSampling::Greedy,
             max_catch_up_rows: DEFAULT_MAX_CATCH_UP_ROWS,
+            copies_target_cache: false,
         }
     }
 }
@@ -57,6 +66,18 @@ pub enum DraftModelError {
         draft: usize,
         /// Target vocabulary size.
         target: usize,
+    },
+    /// The draft model is to copy the target's keys and values, but its layers differ from
+    /// the target's.
+    #[error(
+        "the draft model cannot take the target's keys and values: its layers are {draft}, the \
+         target's {target}"
+    )]
+    CacheMismatch {
+        /// The draft model's layers (count, KV heads, head width, RoPE).
+        draft: String,
+        /// The target's.
+        target: String,
     },
     /// The draft model's context is shorter than the target's.
     #[error("the draft model's context holds {draft} positions, fewer than the target's {target}")]

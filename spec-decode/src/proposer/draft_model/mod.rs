@@ -27,6 +27,15 @@
 //! first never runs them, one that drafts again takes them in when it is next asked for
 //! drafts, at most [`DraftModelProposerConfig::max_catch_up_rows`] a call (drafting nothing until the rest are in), so
 //! that no call runs far more rows than a prefill chunk.
+//!
+//! A draft model that is the target itself in other weights
+//! ([`DraftModelProposerConfig::copies_target_cache`]) runs none of the committed rows: the
+//! engine offers the target's KV cache with each batch ([`ProposeBatch::target_kv`]), and the
+//! catch-up copies the target's keys and values of the rows from the last forward's first
+//! position to the root instead (the rows the target computed for the accepted drafts replace
+//! the draft model's own), so only the roots and the drafts run through the draft model, and
+//! a prompt is prefilled once, by the target. A request that does not draft leaves its rows in
+//! the target's cache until it drafts again, however many.
 
 mod config;
 
@@ -41,7 +50,12 @@ use burn::tensor::Tensor;
 use super::chain_growth::ChainGrowth;
 use super::pick::pick_rows;
 use super::slots::{RequestState, SlotTable};
-use super::{ChainDraft, Draft, ProposeBatch, ProposeError, ProposeRequest, Proposer};
+use super::{
+    ChainDraft, Draft, ProposeBatch, ProposeError, ProposeRequest, Proposer, TargetKeyValues,
+};
+
+/// The target's KV cache as the engine offers it to a burn proposer.
+type TargetCache<'a, B> = &'a dyn TargetKeyValues<Tensor<B, 2>>;
 
 /// Most committed rows a request that does not draft leaves for its next catch-up; past this
 /// they run through the draft model at once, in the batch of the call. Small, so that the
@@ -62,6 +76,8 @@ pub struct DraftModelProposer<B: Backend> {
     /// The target's context length: draft `j` of a request with `n` tokens is verified at
     /// position `n - 1 + j`, which must lie inside it.
     target_positions: usize,
+    /// Rows the draft model has run through its forward (taken-in rows and fed drafts).
+    forwarded_rows: u64,
 }
 
 /// Where one request's rows go this call, decided before anything changes.
@@ -72,6 +88,9 @@ struct Planned {
     /// Rows of the slot that continue the request's committed tokens (the rest of the slot is
     /// cut when the request takes in).
     kept: usize,
+    /// End of the rows copied from the target's KV cache after `kept` when it takes in (equal
+    /// to `kept` when nothing is copied); the draft model runs the tokens from here to `end`.
+    copied: usize,
     /// Whether its rows not yet cached run through the draft model in this call.
     takes_in: bool,
     /// End of the tokens it takes in: through the root when it drafts, the config's
@@ -111,6 +130,12 @@ impl<B: KernelBackend> DraftModelProposer<B> {
                 target: target.max_position_embeddings,
             });
         }
+        if config.copies_target_cache && cache_layout(draft) != cache_layout(target) {
+            return Err(DraftModelError::CacheMismatch {
+                draft: cache_layout(draft),
+                target: cache_layout(target),
+            });
+        }
         Ok(Self {
             cache: model.new_kv_cache(num_slots),
             model,
@@ -118,7 +143,14 @@ impl<B: KernelBackend> DraftModelProposer<B> {
             slots: SlotTable::new(num_slots),
             fed: vec![Vec::new(); num_slots],
             target_positions: target.max_position_embeddings,
+            forwarded_rows: 0,
         })
+    }
+
+    /// Rows the draft model has run through its forward since it was built: the rows it took
+    /// in and the drafts it fed (rows copied from the target's KV cache are not among them).
+    pub fn forwarded_rows(&self) -> u64 {
+        self.forwarded_rows
     }
 
     /// The draft model.
@@ -144,9 +176,13 @@ impl<B: KernelBackend> DraftModelProposer<B> {
             .map(|state| self.cache.len(state.slot))
     }
 
-    /// Decides each request's slot, the rows of its slot that stay and its draft budget;
-    /// changes nothing.
-    fn plan(&self, requests: &[ProposeRequest<'_>]) -> Result<Vec<Planned>, ProposeError> {
+    /// Decides each request's slot, the rows of its slot that stay, the rows it copies from
+    /// the target's KV cache (when `copies`) and its draft budget; changes nothing.
+    fn plan(
+        &self,
+        requests: &[ProposeRequest<'_>],
+        copies: bool,
+    ) -> Result<Vec<Planned>, ProposeError> {
         let vocab_size = self.model.config().vocab_size;
         let mut free = self.slots.free_slots();
         requests
@@ -157,6 +193,9 @@ impl<B: KernelBackend> DraftModelProposer<B> {
                 let committed = &request.tokens[..request.tokens.len() - 1];
                 let kept = if is_new {
                     0
+                } else if copies {
+                    // The rows of the last forward come from the target.
+                    shared_prefix(&self.fed[slot], committed).min(request.first_new_position)
                 } else {
                     shared_prefix(&self.fed[slot], committed)
                 };
@@ -172,9 +211,9 @@ impl<B: KernelBackend> DraftModelProposer<B> {
                 }
                 let pending = committed.len() - kept;
                 // A request asked to draft behind a backlog of more than a call's rows takes in
-                // a call's rows instead.
+                // a call's rows instead (copies cost no forward, so they have no such limit).
                 let catch_up_rows = self.config.max_catch_up_rows;
-                let behind = pending > catch_up_rows;
+                let behind = !copies && pending > catch_up_rows;
                 let room = self.target_positions.saturating_sub(request.tokens.len());
                 let budget = if behind {
                     0
@@ -185,9 +224,9 @@ impl<B: KernelBackend> DraftModelProposer<B> {
                         .min(room)
                 };
                 let catches_up = behind && request.max_draft_tokens > 0;
-                let takes_in = budget > 0
-                    || catches_up
-                    || (pending > MAX_PENDING_ROWS && !request.drafting_suspended);
+                let runs_backlog = !copies && pending > MAX_PENDING_ROWS;
+                let takes_in =
+                    budget > 0 || catches_up || (runs_backlog && !request.drafting_suspended);
                 let end = if budget > 0 {
                     request.tokens.len()
                 } else if catches_up {
@@ -195,10 +234,16 @@ impl<B: KernelBackend> DraftModelProposer<B> {
                 } else {
                     committed.len()
                 };
+                let copied = if copies && takes_in {
+                    committed.len()
+                } else {
+                    kept
+                };
                 Ok(Planned {
                     slot,
                     is_new,
                     kept,
+                    copied,
                     takes_in,
                     end,
                     budget,
@@ -207,25 +252,29 @@ impl<B: KernelBackend> DraftModelProposer<B> {
             .collect()
     }
 
-    /// Step 1: cuts every taking-in request's slot to its kept rows and runs its tokens after
-    /// them through the draft model (through the root, for the requests that draft); returns
-    /// the roots' logits, one row per drafting request in order, or `None` when no request
-    /// drafts.
+    /// Step 1: cuts every taking-in request's slot to its kept rows, copies the rows planned
+    /// from `target_kv` and runs its tokens after them through the draft model (through the
+    /// root, for the requests that draft); returns the roots' logits, one row per drafting
+    /// request in order, or `None` when no request drafts.
     fn catch_up(
         &mut self,
         requests: &[ProposeRequest<'_>],
         plan: &[Planned],
+        target_kv: Option<TargetCache<'_, B>>,
     ) -> Result<Option<Tensor<B, 2>>, ProposeError> {
         let mut sequences = Vec::new();
         for (request, planned) in requests.iter().zip(plan) {
             if !planned.takes_in {
                 continue;
             }
-            let drafts = planned.budget > 0;
-            let tokens = &request.tokens[planned.kept..planned.end];
             self.cut(planned.slot, planned.kept);
+            if let Some(target_kv) = target_kv.filter(|_| planned.copied > planned.kept) {
+                self.copy_rows(target_kv, request, planned)?;
+            }
+            let drafts = planned.budget > 0;
+            let tokens = &request.tokens[planned.copied..planned.end];
             self.fed[planned.slot].extend_from_slice(tokens);
-            let input = SequenceInput::new(planned.slot, tokens.to_vec(), planned.kept);
+            let input = SequenceInput::new(planned.slot, tokens.to_vec(), planned.copied);
             sequences.push(if drafts {
                 input
             } else {
@@ -236,12 +285,54 @@ impl<B: KernelBackend> DraftModelProposer<B> {
             return Ok(None);
         }
         let drafting = plan.iter().any(|planned| planned.budget > 0);
-        let output = self.model.forward(
-            &ForwardBatch::new(sequences),
-            &mut self.cache,
-            &FeatureTap::None,
-        )?;
-        Ok(drafting.then_some(output.logits))
+        let output = self.forward(sequences)?;
+        Ok(drafting.then_some(output))
+    }
+
+    /// Appends the target's keys and values of `request`'s rows `planned.kept..planned.copied`
+    /// to its slot, in every layer.
+    fn copy_rows(
+        &mut self,
+        target_kv: TargetCache<'_, B>,
+        request: &ProposeRequest<'_>,
+        planned: &Planned,
+    ) -> Result<(), ProposeError> {
+        let (slot, rows) = (planned.slot, planned.kept..planned.copied);
+        let [_, kv_heads, head_dim] = target_kv.shape();
+        let device = self.model.device();
+        for layer in 0..self.cache.num_layers() {
+            let (keys, values) = target_kv.layer_rows(request.request_id, layer, rows.clone())?;
+            let shape = [kv_heads, rows.len(), head_dim];
+            let (keys, values) = (keys.reshape(shape), values.reshape(shape));
+            let dtype = keys.dtype();
+            self.cache.append_with(
+                layer,
+                slot,
+                rows.len(),
+                [kv_heads, head_dim],
+                (&device, dtype),
+                |key_buffer, value_buffer, new_rows| {
+                    let at = [0..kv_heads, new_rows, 0..head_dim];
+                    (
+                        key_buffer.slice_assign(at.clone(), keys),
+                        value_buffer.slice_assign(at, values),
+                    )
+                },
+            );
+        }
+        self.cache.advance(slot, rows.len());
+        self.fed[slot].extend_from_slice(&request.tokens[rows]);
+        Ok(())
+    }
+
+    /// Runs `sequences` through the draft model and returns the logits rows they ask for.
+    fn forward(&mut self, sequences: Vec<SequenceInput>) -> Result<Tensor<B, 2>, ProposeError> {
+        self.forwarded_rows += sequences.iter().map(|s| s.tokens.len() as u64).sum::<u64>();
+        let batch = ForwardBatch::new(sequences);
+        Ok(self
+            .model
+            .forward(&batch, &mut self.cache, &FeatureTap::None)?
+            .logits)
     }
 
     /// Step 2: the chains, from the roots' logits of the drafting requests.
@@ -272,14 +363,7 @@ impl<B: KernelBackend> DraftModelProposer<B> {
                     SequenceInput::new(slot, vec![token], self.cache.len(slot))
                 })
                 .collect();
-            logits = self
-                .model
-                .forward(
-                    &ForwardBatch::new(sequences),
-                    &mut self.cache,
-                    &FeatureTap::None,
-                )?
-                .logits;
+            logits = self.forward(sequences)?;
         }
         Ok(growth.into_chains())
     }
@@ -302,11 +386,16 @@ impl<B: KernelBackend> DraftModelProposer<B> {
     }
 
     /// [`Proposer::draft`] on the calling thread.
-    fn draft_here(&mut self, requests: &[ProposeRequest<'_>]) -> Result<Vec<Draft>, ProposeError> {
+    fn draft_here(
+        &mut self,
+        requests: &[ProposeRequest<'_>],
+        target_kv: Option<TargetCache<'_, B>>,
+    ) -> Result<Vec<Draft>, ProposeError> {
         if requests.is_empty() {
             return Ok(Vec::new());
         }
-        let plan = self.plan(requests)?;
+        let target_kv = target_kv.filter(|_| self.config.copies_target_cache);
+        let plan = self.plan(requests, target_kv.is_some())?;
         for (request, planned) in requests.iter().zip(&plan) {
             if planned.is_new {
                 let rng = self.config.sampling.stream_for(request);
@@ -317,7 +406,7 @@ impl<B: KernelBackend> DraftModelProposer<B> {
                 self.slots.insert(request.request_id, state);
             }
         }
-        let chains = match self.catch_up(requests, &plan) {
+        let chains = match self.catch_up(requests, &plan, target_kv) {
             Ok(Some(logits)) => self.extend_chains(logits, requests, &plan),
             Ok(None) => Ok(vec![ChainDraft::default(); requests.len()]),
             Err(err) => Err(err),
@@ -332,7 +421,7 @@ impl<B: KernelBackend> DraftModelProposer<B> {
     }
 }
 
-impl<B: KernelBackend, F> Proposer<F> for DraftModelProposer<B> {
+impl<B: KernelBackend> Proposer<Tensor<B, 2>> for DraftModelProposer<B> {
     fn num_speculative_tokens(&self) -> usize {
         self.config.num_speculative_tokens
     }
@@ -343,9 +432,12 @@ impl<B: KernelBackend, F> Proposer<F> for DraftModelProposer<B> {
 
     /// Drafts the whole round (the draft model's forwards and picks) as one pass on the
     /// backend's kernel threads ([`KernelBackend::on_kernel_threads`]).
-    fn draft(&mut self, batch: &ProposeBatch<'_, F>) -> Result<Vec<Draft>, ProposeError> {
+    fn draft(
+        &mut self,
+        batch: &ProposeBatch<'_, Tensor<B, 2>>,
+    ) -> Result<Vec<Draft>, ProposeError> {
         batch.check(None)?;
-        B::on_kernel_threads(|| self.draft_here(batch.requests))
+        B::on_kernel_threads(|| self.draft_here(batch.requests, batch.target_kv))
     }
 
     fn release(&mut self, request_id: u64) {
@@ -353,6 +445,15 @@ impl<B: KernelBackend, F> Proposer<F> for DraftModelProposer<B> {
             self.cut(slot, 0);
         }
     }
+}
+
+/// What makes one model's keys and values another's: its layers, KV heads, head width and
+/// RoPE.
+fn cache_layout(config: &LlamaConfig) -> String {
+    format!(
+        "{} layers of {} KV heads x {} wide, {:?}",
+        config.num_hidden_layers, config.num_key_value_heads, config.head_dim, config.rope
+    )
 }
 
 /// Length of the longest common prefix of `a` and `b`.
