@@ -3,6 +3,8 @@
 //! every row itself, requests that sample keep the greedy ones exact beside them, and a draft
 //! model that cannot serve the target is an error naming its directory.
 
+use std::path::Path;
+
 use crate::common;
 
 use aquila_engine::{
@@ -15,19 +17,26 @@ use common::{config, greedy, tiny_model, PROMPTS};
 
 const MAX_TOKENS: usize = 24;
 
+/// An engine for `model` drafting chains of `k` with itself in `f32`, copying the target's
+/// keys and values as `copies_target_cache` says.
+fn drafting_for_itself(model: &Path, k: usize, copies_target_cache: Option<bool>) -> Llm {
+    let drafter = DraftModelDrafter {
+        weights: Some(WeightFormat::F32),
+        copies_target_cache,
+        ..DraftModelDrafter::new(model)
+    };
+    let mut engine_config = config(model);
+    engine_config.speculative = Some(SpeculativeConfig {
+        draft_length: DraftLength::Fixed,
+        ..SpeculativeConfig::new(SpeculativeMethod::DraftModel(drafter), k)
+    });
+    Llm::new(engine_config).unwrap()
+}
+
 #[test]
 fn the_target_drafting_for_itself_is_accepted_on_every_draft() {
     let model = tiny_model();
-    let drafter = DraftModelDrafter {
-        weights: Some(WeightFormat::F32),
-        ..DraftModelDrafter::new(model.path())
-    };
-    let mut engine_config = config(model.path());
-    engine_config.speculative = Some(SpeculativeConfig {
-        draft_length: DraftLength::Fixed,
-        ..SpeculativeConfig::new(SpeculativeMethod::DraftModel(drafter), 4)
-    });
-    let mut llm = Llm::new(engine_config).unwrap();
+    let mut llm = drafting_for_itself(model.path(), 4, None);
     // The prefill's token, then four rounds of 4 accepted drafts and the target's own token:
     // no round drafts past the end.
     let outputs = llm.generate(PROMPTS, &greedy(21)).unwrap();
@@ -47,18 +56,9 @@ fn the_target_drafting_for_itself_is_accepted_on_every_draft() {
 fn copying_the_targets_keys_and_values_drafts_what_running_the_rows_drafts() {
     let model = tiny_model();
     let run = |copies_target_cache: Option<bool>| {
-        let drafter = DraftModelDrafter {
-            weights: Some(WeightFormat::F32),
-            copies_target_cache,
-            ..DraftModelDrafter::new(model.path())
-        };
-        let mut engine_config = config(model.path());
-        engine_config.speculative = Some(SpeculativeConfig {
-            draft_length: DraftLength::Fixed,
-            ..SpeculativeConfig::new(SpeculativeMethod::DraftModel(drafter), 3)
-        });
-        let mut llm = Llm::new(engine_config).unwrap();
-        llm.generate(PROMPTS, &greedy(MAX_TOKENS)).unwrap()
+        drafting_for_itself(model.path(), 3, copies_target_cache)
+            .generate(PROMPTS, &greedy(MAX_TOKENS))
+            .unwrap()
     };
     let mut plain = Llm::new(config(model.path())).unwrap();
     let expected = plain.generate(PROMPTS, &greedy(MAX_TOKENS)).unwrap();
