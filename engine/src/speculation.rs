@@ -59,13 +59,10 @@ impl<B: KernelBackend> Proposer<Tensor<B, 2>> for Featureless {
     }
 }
 
-/// The engine's drafter: a proposer, the features every target forward must tap for it and
-/// whether it reads the target's KV cache.
+/// The engine's drafter: a proposer and the features every target forward must tap for it.
 pub(crate) struct Drafter<B: Backend> {
     proposer: Box<dyn Proposer<Tensor<B, 2>> + Send>,
     tap: FeatureTap,
-    /// Whether each drafting call offers the proposer the target's KV cache.
-    reads_target_kv: bool,
     /// Requests whose drafting failed: they decode without drafts until they end.
     disabled: HashSet<RequestId>,
 }
@@ -74,7 +71,7 @@ pub(crate) struct Drafter<B: Backend> {
 /// which an EAGLE head's or a draft model's projections and lm_head are stored on backends
 /// whose kernels do not read packed weights, unless its configuration names a format
 /// ([`crate::EagleDrafter::weights`], [`crate::DraftModelDrafter::weights`]); and the
-/// target's directory, which a draft model loaded from it is the target itself.
+/// target's directory (a draft model loaded from it is the target itself).
 #[derive(Debug)]
 pub(crate) struct DraftPlacement<'a, B: Backend> {
     /// The device.
@@ -142,14 +139,12 @@ impl<B: KernelBackend> Drafter<B> {
                 Ok(Self {
                     proposer: Box::new(ngram),
                     tap: FeatureTap::None,
-                    reads_target_kv: false,
                     disabled: HashSet::new(),
                 })
             }
             (SpeculativeMethod::DraftModel(drafter), None) => {
                 let proposer = draft_model_proposer(drafter, k, target, &placement, max_num_seqs)?;
                 Ok(Self {
-                    reads_target_kv: proposer.config().copies_target_cache,
                     proposer: Box::new(proposer),
                     tap: FeatureTap::None,
                     disabled: HashSet::new(),
@@ -210,7 +205,6 @@ impl<B: KernelBackend> Drafter<B> {
                 Ok(Self {
                     tap,
                     proposer,
-                    reads_target_kv: false,
                     disabled: HashSet::new(),
                 })
             }
@@ -222,7 +216,6 @@ impl<B: KernelBackend> Drafter<B> {
         Self {
             proposer: Box::new(Featureless(proposer)),
             tap: FeatureTap::None,
-            reads_target_kv: false,
             disabled: HashSet::new(),
         }
     }
@@ -234,7 +227,7 @@ impl<B: KernelBackend> Drafter<B> {
 
     /// Whether the drafting calls should offer the target's KV cache.
     pub fn reads_target_kv(&self) -> bool {
-        self.reads_target_kv
+        self.proposer.reads_target_kv()
     }
 
     /// Most draft tokens per request and step (`k`).

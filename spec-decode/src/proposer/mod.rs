@@ -96,6 +96,12 @@ pub trait Proposer<F> {
     /// target forward and passes their rows for every committed row).
     fn needs_target_features(&self) -> bool;
 
+    /// Whether [`Proposer::draft`] reads the target's KV cache, [`ProposeBatch::target_kv`]
+    /// (the engine then offers it with every call); `false` by default.
+    fn reads_target_kv(&self) -> bool {
+        false
+    }
+
     /// Takes in the rows each request committed in the last target forward and drafts the
     /// tokens that follow its next root; one [`Draft`] per request, in order. A request with
     /// `max_draft_tokens == 0` gets an empty draft (its rows are still taken in, though a

@@ -430,6 +430,10 @@ impl<B: KernelBackend> Proposer<Tensor<B, 2>> for DraftModelProposer<B> {
         false
     }
 
+    fn reads_target_kv(&self) -> bool {
+        self.config.copies_target_cache
+    }
+
     /// Drafts the whole round (the draft model's forwards and picks) as one pass on the
     /// backend's kernel threads ([`KernelBackend::on_kernel_threads`]).
     fn draft(
