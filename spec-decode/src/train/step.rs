@@ -14,7 +14,7 @@ use super::objective::{
     hard_cross_entropy, smooth_l1, soft_cross_entropy, sparse_soft_cross_entropy,
     target_distribution, Objective,
 };
-use super::unroll::{plan_batch, PlannedSequence};
+use super::unroll::{plan_batch, PlannedSequence, StepPlan};
 use super::{BatchData, TrainError};
 use crate::eagle::EagleHead;
 
@@ -110,6 +110,10 @@ pub fn run_batch<B: KernelBackend>(
     let mut stats = BatchStats::default();
     let mut chains: HashMap<(usize, usize), Vec<bool>> = HashMap::new();
     let mut weight = 1.0f32;
+    let soft_labels = match options.objective {
+        Objective::Eagle1 { .. } => SoftLabels::new(target, data, &plan.steps),
+        Objective::Eagle3 | Objective::Eagle3Distill => None,
+    };
 
     for (index, step) in plan.steps.iter().enumerate() {
         if index > 0 {
@@ -144,7 +148,10 @@ pub fn run_batch<B: KernelBackend>(
                     TensorData::new(wanted, [step.targets.len(), width]),
                     &device,
                 );
-                let probs = target_distribution(target.lm_head(wanted.clone()));
+                let Some(soft_labels) = &soft_labels else {
+                    continue;
+                };
+                let probs = soft_labels.rows(&step.targets, &device);
                 smooth_l1(picked, wanted).mul_scalar(feature_weight)
                     + soft_cross_entropy(logits, probs).mul_scalar(token_weight)
             }
@@ -250,6 +257,47 @@ fn draft_matches<B: KernelBackend>(
         .collect())
 }
 
+/// EAGLE-1's soft labels: the target's distribution after every position a step of the batch
+/// predicts, computed once per batch (an unrolled step predicts a subset of the positions
+/// step 0 predicts, so the union costs one lm_head pass however many steps run).
+struct SoftLabels<B: Backend> {
+    /// `[positions, vocab]`, one row per predicted position.
+    probs: Tensor<B, 2>,
+    /// Batch-local token index of each predicted position → its row in `probs`.
+    row_of: HashMap<usize, usize>,
+}
+
+impl<B: KernelBackend> SoftLabels<B> {
+    /// The distributions after every target of `steps`; `None` when no step has a loss row.
+    fn new(target: &LlamaModel<B>, data: &BatchData, steps: &[StepPlan]) -> Option<Self> {
+        let mut positions: Vec<usize> = steps.iter().flat_map(|s| s.targets.clone()).collect();
+        positions.sort_unstable();
+        positions.dedup();
+        if positions.is_empty() {
+            return None;
+        }
+        let features = gather_rows(&data.features, data.width, &positions);
+        let features = Tensor::<B, 2>::from_data(
+            TensorData::new(features, [positions.len(), data.width]),
+            &target.device(),
+        );
+        let probs = target_distribution(target.lm_head(features));
+        let row_of = positions
+            .iter()
+            .enumerate()
+            .map(|(row, &p)| (p, row))
+            .collect();
+        Some(Self { probs, row_of })
+    }
+
+    /// `[targets, vocab]`: the distribution after each of `targets` (all among the
+    /// positions the labels were made for).
+    fn rows(&self, targets: &[usize], device: &B::Device) -> Tensor<B, 2> {
+        let rows: Vec<usize> = targets.iter().map(|t| self.row_of[t]).collect();
+        self.probs.clone().select(0, int_tensor(&rows, device))
+    }
+}
+
 /// Rows `indices` of a row-major `[_, width]` buffer.
 fn gather_rows(values: &[f32], width: usize, indices: &[usize]) -> Vec<f32> {
     indices
@@ -267,6 +315,70 @@ fn int_tensor<B: Backend>(indices: &[usize], device: &B::Device) -> Tensor<B, 1,
 #[cfg(test)]
 mod tests {
     use super::*;
+    use aquila_model_loader::fixtures::llama::{write_tiny_llama, TinyLlamaOptions};
+    use burn::backend::Flex;
+
+    #[test]
+    fn soft_labels_of_every_unrolled_step_are_the_targets_distributions() {
+        let dir = tempfile::tempdir().unwrap();
+        write_tiny_llama(dir.path(), &TinyLlamaOptions::default()).unwrap();
+        let target = LlamaModel::<Flex>::load(dir.path(), &Default::default()).unwrap();
+        let width = target.config().hidden_size;
+        let (first, second): (Vec<u32>, Vec<u32>) = ((0..7).collect(), (10..15).collect());
+        let tokens = first.len() + second.len();
+        let features: Vec<f32> = (0..tokens * width)
+            .map(|i| ((i * 37 % 101) as f32 / 101.0 - 0.5) * 4.0)
+            .collect();
+        let data = BatchData {
+            sequences: vec![(first.clone(), 2), (second.clone(), 3)],
+            features: features.clone(),
+            argmax: vec![0; tokens],
+            width,
+            top_k: 0,
+            top_ids: Vec::new(),
+            top_probs: Vec::new(),
+        };
+        let planned = [
+            PlannedSequence {
+                tokens: &first,
+                prompt_len: 2,
+            },
+            PlannedSequence {
+                tokens: &second,
+                prompt_len: 3,
+            },
+        ];
+        let plan = plan_batch(&planned, 3);
+        assert_eq!(plan.steps.len(), 3);
+        let labels = SoftLabels::new(&target, &data, &plan.steps).expect("loss rows");
+        for step in &plan.steps {
+            let wanted = gather_rows(&features, width, &step.targets);
+            let wanted = Tensor::<Flex, 2>::from_data(
+                TensorData::new(wanted, [step.targets.len(), width]),
+                &target.device(),
+            );
+            let expected: Vec<f32> = target_distribution(target.lm_head(wanted))
+                .into_data()
+                .to_vec()
+                .unwrap();
+            let got: Vec<f32> = labels
+                .rows(&step.targets, &target.device())
+                .into_data()
+                .to_vec()
+                .unwrap();
+            assert_eq!(got.len(), expected.len());
+            for (g, e) in got.iter().zip(&expected) {
+                assert!((g - e).abs() <= 1e-6, "{g} vs {e}");
+            }
+        }
+        // No step with a loss row: no labels.
+        let prompt_only = PlannedSequence {
+            tokens: &first,
+            prompt_len: first.len(),
+        };
+        let plan = plan_batch(&[prompt_only], 2);
+        assert!(SoftLabels::new(&target, &data, &plan.steps).is_none());
+    }
 
     fn batch(top_ids: Vec<u32>, top_probs: Vec<f32>) -> BatchData {
         BatchData {

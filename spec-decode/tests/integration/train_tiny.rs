@@ -190,6 +190,31 @@ fn eagle1_loss_falls_and_training_is_deterministic() {
 }
 
 #[test]
+fn eagle1_loss_falls_with_training_time_test() {
+    let setup = setup();
+    let data = data(&setup, &FeatureTap::LastHidden);
+    let config = TrainConfig {
+        unroll: 3,
+        ..small(TrainConfig::eagle1())
+    };
+    let (_, history) = train_quietly(&setup, eagle1_head(&setup), &data, &config);
+    let (start, end) = ends(&losses(&history));
+    assert!(end < 0.6 * start, "loss {start} -> {end}");
+    assert_eq!(
+        history.train[0].accuracy.len(),
+        3,
+        "three unrolled steps measured"
+    );
+    // Trained on its own earlier outputs, the head's third chain step improves too.
+    let third: Vec<f32> = history.train.iter().map(|p| p.accuracy[2] as f32).collect();
+    let (before, after) = ends(&third);
+    assert!(
+        after > before + 0.1,
+        "third step accuracy {before} -> {after}"
+    );
+}
+
+#[test]
 fn validation_sets_are_scored_at_every_validation_and_never_train() {
     let setup = setup();
     let data = data(&setup, &FeatureTap::LastHidden);
