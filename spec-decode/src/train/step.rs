@@ -291,10 +291,17 @@ impl<B: KernelBackend> SoftLabels<B> {
     }
 
     /// `[targets, vocab]`: the distribution after each of `targets` (all among the
-    /// positions the labels were made for).
+    /// positions the labels were made for). Step 0's targets are every position in order, so
+    /// it shares the labels' tensor instead of copying it.
     fn rows(&self, targets: &[usize], device: &B::Device) -> Tensor<B, 2> {
         let rows: Vec<usize> = targets.iter().map(|t| self.row_of[t]).collect();
-        self.probs.clone().select(0, int_tensor(&rows, device))
+        let all_in_order =
+            rows.len() == self.row_of.len() && rows.iter().enumerate().all(|(i, &r)| i == r);
+        if all_in_order {
+            self.probs.clone()
+        } else {
+            self.probs.clone().select(0, int_tensor(&rows, device))
+        }
     }
 }
 
